@@ -1,0 +1,131 @@
+//! Model hyper-parameters, stored as JSON in every checkpoint's metadata.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Which model family a checkpoint holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Arch {
+    /// NRGPT, feed-forward energy `-g^T (W2 s(W1 g + b1) + b2)`.
+    NrgptFf2w,
+    /// NRGPT, feed-forward energy `-|| s(W g + b) ||^2`.
+    NrgptFf1,
+    /// Standard GPT: `steps` distinct pre-norm layers.
+    Gpt,
+    /// Recurrent GPT: one pre-norm layer applied `steps` times.
+    GptRec,
+}
+
+impl Arch {
+    pub fn is_nrgpt(self) -> bool {
+        matches!(self, Arch::NrgptFf2w | Arch::NrgptFf1)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::NrgptFf2w => "nrgpt-ff2w",
+            Arch::NrgptFf1 => "nrgpt-ff1",
+            Arch::Gpt => "gpt",
+            Arch::GptRec => "gpt-rec",
+        }
+    }
+}
+
+impl std::str::FromStr for Arch {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "nrgpt-ff2w" => Ok(Arch::NrgptFf2w),
+            "nrgpt-ff1" => Ok(Arch::NrgptFf1),
+            "gpt" => Ok(Arch::Gpt),
+            "gpt-rec" => Ok(Arch::GptRec),
+            _ => Err(Error::Config(format!(
+                "unknown model `{s}` (expected nrgpt-ff2w, nrgpt-ff1, gpt or gpt-rec)"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NormKind {
+    LayerNorm,
+    RmsNorm,
+}
+
+/// How the energy gradient is turned into a state update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EtaKind {
+    /// `eta = c * diag(gamma)`: energy provably non-increasing (Prop 2.1).
+    Stable,
+    /// A learned full D x D matrix (the reference code's `proj`).
+    Free,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Activation {
+    /// Exact (erf) GELU.
+    Gelu,
+    Relu,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    pub vocab_size: usize,
+    pub d_model: usize,
+    pub n_head: usize,
+    /// Width of each head's query/key map; `J_h = Wk_h^T Wq_h` has rank `head_dim`.
+    pub head_dim: usize,
+    /// Recursion steps T (NRGPT, gpt-rec) or layers L (gpt).
+    pub steps: usize,
+    pub block_size: usize,
+    /// Hidden width of the feed-forward energy / MLP is `ff_mult * d_model`.
+    pub ff_mult: usize,
+    pub norm: NormKind,
+    pub eta: EtaKind,
+    pub activation: Activation,
+    pub eps: f64,
+}
+
+impl ModelConfig {
+    /// A config with the usual defaults (head_dim = d/heads, 4x feed-forward).
+    pub fn new(arch: Arch, vocab_size: usize, d_model: usize, n_head: usize, steps: usize, block_size: usize) -> Self {
+        Self {
+            arch,
+            vocab_size,
+            d_model,
+            n_head,
+            head_dim: d_model / n_head.max(1),
+            steps,
+            block_size,
+            ff_mult: 4,
+            norm: NormKind::LayerNorm,
+            eta: EtaKind::Stable,
+            activation: Activation::Gelu,
+            eps: 1e-5,
+        }
+    }
+
+    pub fn ff_hidden(&self) -> usize {
+        self.ff_mult * self.d_model
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        if self.vocab_size == 0 || self.d_model == 0 || self.n_head == 0 || self.head_dim == 0 {
+            return bad(format!("sizes must be positive: {self:?}"));
+        }
+        if self.steps == 0 || self.block_size == 0 || self.ff_mult == 0 {
+            return bad(format!("steps, block size and ff_mult must be positive: {self:?}"));
+        }
+        if !(self.eps > 0.0) {
+            return bad(format!("eps must be positive, got {}", self.eps));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,57 @@
+//! The baselines NRGPT is measured against: a standard pre-norm GPT layer
+//! (used L times with distinct weights, or one layer T times for gpt-rec).
+
+use candle_core::{Result, Tensor};
+
+use crate::energy::{activation, causal_masks, merge_heads, softmax_lse, split_heads};
+use crate::linear::linear;
+use crate::norm::norm;
+use crate::{Activation, NormKind};
+
+pub struct GptLayer {
+    pub norm: NormKind,
+    pub eps: f64,
+    pub n_head: usize,
+    pub ln1: Tensor,
+    pub wq: Tensor, // (H*dh, D)
+    pub wk: Tensor,
+    pub wv: Tensor,
+    pub wo: Tensor, // (D, H*dh)
+    pub ln2: Tensor,
+    pub w1: Tensor, // (M, D)
+    pub b1: Tensor,
+    pub w2: Tensor, // (D, M)
+    pub b2: Tensor,
+    pub act: Activation,
+}
+
+impl GptLayer {
+    /// Causal self-attention (keys B <= A), softmax(q k^T / sqrt(dh)) v, then Wo.
+    fn attention(&self, h: &Tensor) -> Result<Tensor> {
+        let n = h.dim(1)?;
+        let q = split_heads(&linear(h, &self.wq, None)?, self.n_head)?;
+        let k = split_heads(&linear(h, &self.wk, None)?, self.n_head)?;
+        let v = split_heads(&linear(h, &self.wv, None)?, self.n_head)?;
+        let scale = 1.0 / (q.dim(3)? as f64).sqrt();
+        let (mask, _) = causal_masks(n, false, h.dtype(), h.device())?;
+        let (p, _) = softmax_lse(&(q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?)?;
+        linear(&merge_heads(&p.matmul(&v)?)?, &self.wo, None)
+    }
+
+    fn mlp(&self, h: &Tensor) -> Result<Tensor> {
+        let (s, _) = activation(self.act, &linear(h, &self.w1, Some(&self.b1))?)?;
+        linear(&s, &self.w2, Some(&self.b2))
+    }
+
+    /// x + Attn(N(x)), then + MLP(N(x)); the dropout masks (if any) mask each residual branch.
+    pub fn forward(&self, x: &Tensor, drop_attn: Option<&Tensor>, drop_mlp: Option<&Tensor>) -> Result<Tensor> {
+        let masked = |t: Tensor, m: Option<&Tensor>| match m {
+            Some(m) => t * m,
+            None => Ok(t),
+        };
+        let a = self.attention(&norm(self.norm, x, &self.ln1, self.eps)?.g)?;
+        let x = (x + masked(a, drop_attn)?)?;
+        let f = self.mlp(&norm(self.norm, &x, &self.ln2, self.eps)?.g)?;
+        &x + masked(f, drop_mlp)?
+    }
+}

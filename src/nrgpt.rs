@@ -1,0 +1,75 @@
+//! NRGPT: one shared energy block applied recurrently. Each step every token
+//! descends its own energy, `x_A <- x_A - eta * dE_A/dg_A` with `g = N(x)`.
+
+use candle_core::{Result, Tensor};
+
+use crate::energy::{AttnEnergy, EnergyGrad, FfEnergy};
+use crate::linear::linear;
+use crate::norm::norm;
+use crate::{Activation, NormKind};
+
+/// The step-size map from energy gradient to state update.
+pub enum Eta {
+    /// `eta = c * diag(gamma)`, `c = exp(log_c) > 0`.
+    Stable { log_c: Tensor },
+    /// A learned D x D matrix applied as `eta @ grad`.
+    Free { w: Tensor },
+}
+
+pub struct NrgptBlock {
+    pub norm: NormKind,
+    pub eps: f64,
+    pub gamma: Tensor,
+    pub attn: AttnEnergy,
+    pub ff: FfEnergy,
+    /// Weight of the feed-forward energy (the reference's `scale_ff`).
+    pub ff_scale: Tensor,
+    pub eta: Eta,
+    pub act: Activation,
+}
+
+/// One step's result for all tokens.
+pub struct StepOut {
+    pub x_next: Tensor,
+    /// The normalised state the step read: g_A(t).
+    pub g: Tensor,
+    /// E_A(t) at the state the step started from, (B, n), when asked.
+    pub energy: Option<Tensor>,
+}
+
+impl NrgptBlock {
+    /// E_A = E_AT(A) + ff_scale * E_FF(A) and its gradient w.r.t. g_A.
+    pub fn energy_grad(&self, g: &Tensor, want_energy: bool) -> Result<EnergyGrad> {
+        let a = self.attn.energy_grad(g, want_energy)?;
+        let f = self.ff.energy_grad(self.act, g, want_energy)?;
+        let grad = (a.grad + f.grad.broadcast_mul(&self.ff_scale)?)?;
+        let energy = match (a.energy, f.energy) {
+            (Some(ea), Some(ef)) => Some((ea + ef.broadcast_mul(&self.ff_scale)?)?),
+            _ => None,
+        };
+        Ok(EnergyGrad { grad, energy })
+    }
+
+    /// `eta * grad` for the configured step-size map.
+    pub fn apply_eta(&self, grad: &Tensor) -> Result<Tensor> {
+        match &self.eta {
+            Eta::Stable { log_c } => grad.broadcast_mul(&self.gamma)?.broadcast_mul(&log_c.exp()?),
+            Eta::Free { w } => linear(grad, w, None),
+        }
+    }
+
+    pub fn normed(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(norm(self.norm, x, &self.gamma, self.eps)?.g)
+    }
+
+    /// x(t+1) = x(t) - eta * dE/dg(t); `dropout` (if any) masks the update.
+    pub fn step(&self, x: &Tensor, want_energy: bool, dropout: Option<&Tensor>) -> Result<StepOut> {
+        let g = self.normed(x)?;
+        let eg = self.energy_grad(&g, want_energy)?;
+        let mut update = self.apply_eta(&eg.grad)?;
+        if let Some(mask) = dropout {
+            update = (update * mask)?;
+        }
+        Ok(StepOut { x_next: (x - update)?, g, energy: eg.energy })
+    }
+}

@@ -1,1 +1,239 @@
-fn main() {}
+//! `trainer`: train NRGPT / GPT baselines on Tiny Shakespeare, evaluate,
+//! sample, and write the character vocabulary.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use candle_core::{DType, Device};
+use clap::{Args, Parser, Subcommand};
+use nrgpt_web::sample::{generate, SampleOpts};
+use nrgpt_web::{Activation, Arch, Checkpoint, EtaKind, ModelConfig, NormKind, Vocab};
+use trainer::data::Corpus;
+use trainer::eval::full_loss;
+use trainer::train::{run, RunPaths, Start, TrainSettings};
+use trainer::vocab_file::tokenizer_json;
+
+#[derive(Parser)]
+#[command(version, about = "Train, evaluate and sample energy-based character models")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Train a model (or resume a run with --resume).
+    Train(TrainArgs),
+    /// Loss of a checkpoint over the whole validation split.
+    Eval(EvalArgs),
+    /// Print text generated from a checkpoint.
+    Sample(SampleArgs),
+    /// Write the character vocabulary of a corpus as tokenizer.json.
+    Vocab {
+        #[arg(long, default_value = "data/tinyshakespeare/input.txt")]
+        data: PathBuf,
+        #[arg(long, default_value = "www/tokenizer.json")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    /// nrgpt-ff2w | nrgpt-ff1 | gpt | gpt-rec
+    #[arg(long, default_value = "nrgpt-ff2w")]
+    model: Arch,
+    #[arg(long, default_value_t = 128)]
+    d_model: usize,
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    /// Query/key width per head (default d_model / heads).
+    #[arg(long)]
+    head_dim: Option<usize>,
+    /// Recursion steps T (NRGPT, gpt-rec) or layers (gpt).
+    #[arg(long, default_value_t = 4)]
+    steps: usize,
+    #[arg(long, default_value_t = 64)]
+    block: usize,
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Iterations (default 2000; on --resume, the run's own, or more to extend it).
+    #[arg(long)]
+    iters: Option<usize>,
+    #[arg(long, default_value_t = 3e-3)]
+    lr: f64,
+    /// Final learning rate of the cosine (default lr / 10).
+    #[arg(long)]
+    min_lr: Option<f64>,
+    #[arg(long, default_value_t = 100)]
+    warmup: usize,
+    #[arg(long, default_value_t = 0.1)]
+    weight_decay: f64,
+    #[arg(long, default_value_t = 0.0)]
+    dropout: f64,
+    #[arg(long, default_value_t = 1.0)]
+    grad_clip: f64,
+    #[arg(long, default_value_t = 4)]
+    ff_mult: usize,
+    /// layer-norm | rms-norm
+    #[arg(long, default_value = "layer-norm", value_parser = parse_norm)]
+    norm: NormKind,
+    /// stable (eta = c diag(gamma)) | free (learned matrix)
+    #[arg(long, default_value = "stable", value_parser = parse_eta)]
+    eta: EtaKind,
+    /// gelu | relu
+    #[arg(long, default_value = "gelu", value_parser = parse_act)]
+    activation: Activation,
+    #[arg(long, default_value_t = 250)]
+    eval_every: usize,
+    #[arg(long, default_value_t = 20)]
+    eval_iters: usize,
+    #[arg(long, default_value_t = 1337)]
+    seed: u64,
+    #[arg(long, default_value = "data/tinyshakespeare/input.txt")]
+    data: PathBuf,
+    #[arg(long, default_value = "www/tokenizer.json")]
+    vocab: PathBuf,
+    /// Run folder for ckpt.safetensors and log.csv (default runs/MODEL).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Continue the run in --out from its checkpoint, exactly where it stopped.
+    #[arg(long)]
+    resume: bool,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct EvalArgs {
+    #[arg(long)]
+    ckpt: PathBuf,
+    #[arg(long, default_value = "data/tinyshakespeare/input.txt")]
+    data: PathBuf,
+    /// Recursion steps to run (default: the checkpoint's).
+    #[arg(long)]
+    steps: Option<usize>,
+    #[arg(long, default_value_t = 16)]
+    batch: usize,
+}
+
+#[derive(Args)]
+struct SampleArgs {
+    #[arg(long)]
+    ckpt: PathBuf,
+    #[arg(long, default_value = "ROMEO:\n")]
+    prompt: String,
+    #[arg(long, default_value_t = 300)]
+    len: usize,
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long)]
+    top_p: Option<f32>,
+    #[arg(long, default_value_t = 1337)]
+    seed: u64,
+}
+
+fn parse_norm(s: &str) -> Result<NormKind, String> {
+    match s {
+        "layer-norm" => Ok(NormKind::LayerNorm),
+        "rms-norm" => Ok(NormKind::RmsNorm),
+        _ => Err(format!("`{s}`: expected layer-norm or rms-norm")),
+    }
+}
+
+fn parse_eta(s: &str) -> Result<EtaKind, String> {
+    match s {
+        "stable" => Ok(EtaKind::Stable),
+        "free" => Ok(EtaKind::Free),
+        _ => Err(format!("`{s}`: expected stable or free")),
+    }
+}
+
+fn parse_act(s: &str) -> Result<Activation, String> {
+    match s {
+        "gelu" => Ok(Activation::Gelu),
+        "relu" => Ok(Activation::Relu),
+        _ => Err(format!("`{s}`: expected gelu or relu")),
+    }
+}
+
+fn load_vocab(path: &PathBuf) -> Result<Vocab> {
+    let json = std::fs::read_to_string(path).with_context(|| format!("reading the vocabulary {}", path.display()))?;
+    Vocab::from_tokenizer_json(&json).with_context(|| format!("parsing {}", path.display()))
+}
+
+fn load_ckpt(path: &PathBuf) -> Result<Checkpoint> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))
+}
+
+fn train(a: TrainArgs) -> Result<()> {
+    let vocab = load_vocab(&a.vocab)?;
+    let corpus = Corpus::load(&a.data, &vocab)?;
+    let mut cfg = ModelConfig::new(a.model, vocab.len(), a.d_model, a.heads, a.steps, a.block);
+    cfg.head_dim = a.head_dim.unwrap_or(a.d_model / a.heads.max(1));
+    cfg.ff_mult = a.ff_mult;
+    cfg.norm = a.norm;
+    cfg.eta = a.eta;
+    cfg.activation = a.activation;
+    let settings = TrainSettings {
+        batch: a.batch,
+        iters: a.iters.unwrap_or(2000),
+        lr: a.lr,
+        min_lr: a.min_lr.unwrap_or(a.lr / 10.0),
+        warmup: a.warmup,
+        weight_decay: a.weight_decay,
+        dropout: a.dropout,
+        grad_clip: a.grad_clip,
+        eval_every: a.eval_every.max(1),
+        eval_iters: a.eval_iters.max(1),
+        seed: a.seed,
+    };
+    let paths = RunPaths { dir: a.out.unwrap_or_else(|| PathBuf::from("runs").join(a.model.name())) };
+    let start = if a.resume { Start::Resume { iters: a.iters } } else { Start::Fresh(cfg, settings) };
+    let out = run(&corpus, &vocab, start, &paths, a.quiet)?;
+    println!(
+        "done: train {:.4} val {:.4} | {:.0} tokens/s | checkpoint {}",
+        out.train_loss,
+        out.val_loss,
+        out.tokens_per_s,
+        paths.ckpt().display()
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Train(a) => train(a),
+        Cmd::Eval(a) => {
+            let ck = load_ckpt(&a.ckpt)?;
+            let corpus = Corpus::load(&a.data, &ck.vocab)?;
+            let model = ck.model()?;
+            let pb = indicatif::ProgressBar::new(0);
+            let loss = full_loss(&model, &corpus.val, a.batch, a.steps, &mut |done, total| {
+                pb.set_length(total as u64);
+                pb.set_position(done as u64);
+            })?;
+            pb.finish_and_clear();
+            println!("val loss {loss:.4} nats/char over {} characters ({})", corpus.val.len(), a.ckpt.display());
+            Ok(())
+        }
+        Cmd::Sample(a) => {
+            let ck = load_ckpt(&a.ckpt)?;
+            let model = ck.model()?;
+            let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
+            let text = generate(&model, &ck.vocab, &a.prompt, a.len, &opts)?;
+            println!("{}{}", a.prompt, text);
+            Ok(())
+        }
+        Cmd::Vocab { data, out } => {
+            let text = std::fs::read_to_string(&data).with_context(|| format!("reading {}", data.display()))?;
+            let vocab = Vocab::from_text(&text)?;
+            std::fs::write(&out, tokenizer_json(&vocab)?).with_context(|| format!("writing {}", out.display()))?;
+            println!("wrote {} ({} characters)", out.display(), vocab.len());
+            Ok(())
+        }
+    }
+}

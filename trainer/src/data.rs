@@ -1,0 +1,51 @@
+//! The corpus as token ids, nanoGPT's 90/10 split, and random training windows.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{Device, Tensor};
+use nrgpt_web::rng::Rng64;
+use nrgpt_web::Vocab;
+
+pub struct Corpus {
+    pub train: Vec<u32>,
+    pub val: Vec<u32>,
+}
+
+impl Corpus {
+    /// Reads `path`, encodes it with `vocab`, and splits it (first 90% train).
+    pub fn load(path: &Path, vocab: &Vocab) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading the corpus {}", path.display()))?;
+        let ids = vocab.encode(&text).with_context(|| format!("encoding {}", path.display()))?;
+        if ids.len() < 1000 {
+            bail!("the corpus {} has only {} characters", path.display(), ids.len());
+        }
+        let n = ids.len() * 9 / 10;
+        Ok(Self { train: ids[..n].to_vec(), val: ids[n..].to_vec() })
+    }
+}
+
+/// `batch` random windows of `block + 1` tokens: inputs (B, block) and targets shifted by one.
+pub fn random_batch(data: &[u32], batch: usize, block: usize, rng: &mut Rng64, dev: &Device) -> Result<(Tensor, Tensor)> {
+    if data.len() <= block + 1 {
+        bail!("split of {} tokens is shorter than the block size {block}", data.len());
+    }
+    let mut x = Vec::with_capacity(batch * block);
+    let mut y = Vec::with_capacity(batch * block);
+    for _ in 0..batch {
+        let start = rng.below(data.len() - block - 1);
+        x.extend_from_slice(&data[start..start + block]);
+        y.extend_from_slice(&data[start + 1..start + block + 1]);
+    }
+    Ok((Tensor::from_vec(x, (batch, block), dev)?, Tensor::from_vec(y, (batch, block), dev)?))
+}
+
+/// Non-overlapping windows covering the whole split (the last, shorter one dropped).
+pub fn all_windows(data: &[u32], block: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
+    (0..(data.len() - 1) / block)
+        .map(|w| {
+            let s = w * block;
+            (data[s..s + block].to_vec(), data[s + 1..s + block + 1].to_vec())
+        })
+        .collect()
+}

@@ -1,0 +1,92 @@
+//! AdamW with its moments held as named tensors, so they go into the
+//! checkpoint and a resumed run continues exactly.
+
+use anyhow::Result;
+use candle_core::backprop::GradStore;
+use candle_core::{Tensor, Var};
+use nrgpt_web::model::Weights;
+
+pub struct AdamW {
+    pub vars: Vec<(String, Var)>,
+    pub m: Vec<Tensor>,
+    pub v: Vec<Tensor>,
+    pub step: u64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+impl AdamW {
+    pub fn new(vars: Vec<(String, Var)>, weight_decay: f64) -> Result<Self> {
+        let m = vars.iter().map(|(_, v)| v.zeros_like()).collect::<candle_core::Result<Vec<_>>>()?;
+        let v = m.clone();
+        Ok(Self { vars, m, v, step: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay })
+    }
+
+    /// Global gradient norm, and the factor that clips it to `max_norm`.
+    pub fn clip_factor(&self, grads: &GradStore, max_norm: f64) -> Result<(f64, f64)> {
+        let mut sq = 0.0;
+        for (_, var) in &self.vars {
+            if let Some(g) = grads.get(var) {
+                sq += g.sqr()?.sum_all()?.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+            }
+        }
+        let norm = sq.sqrt();
+        let f = if max_norm > 0.0 && norm > max_norm { max_norm / norm } else { 1.0 };
+        Ok((norm, f))
+    }
+
+    /// One AdamW update at learning rate `lr`; gradients scaled by `clip`.
+    /// Decoupled weight decay on matrices only (as nanoGPT).
+    pub fn step(&mut self, grads: &GradStore, lr: f64, clip: f64) -> Result<()> {
+        self.step += 1;
+        let t = self.step as i32;
+        let (bc1, bc2) = (1.0 - self.beta1.powi(t), 1.0 - self.beta2.powi(t));
+        for (i, (_, var)) in self.vars.iter().enumerate() {
+            let Some(g) = grads.get(var) else { continue };
+            let g = (g * clip)?;
+            // m = b1 m + (1-b1) g ; v = b2 v + (1-b2) g^2
+            self.m[i] = ((&self.m[i] * self.beta1)? + (&g * (1.0 - self.beta1))?)?;
+            self.v[i] = ((&self.v[i] * self.beta2)? + (g.sqr()? * (1.0 - self.beta2))?)?;
+            // theta -= lr (m_hat / (sqrt(v_hat) + eps) + wd theta)
+            let upd = ((&self.m[i] / bc1)? / ((&self.v[i] / bc2)?.sqrt()? + self.eps)?)?;
+            let decay = if var.rank() >= 2 { self.weight_decay } else { 0.0 };
+            let new = ((var.as_tensor() * (1.0 - lr * decay))? - (upd * lr)?)?;
+            var.set(&new)?;
+        }
+        Ok(())
+    }
+
+    /// The moments as `opt.m.NAME` / `opt.v.NAME` tensors for the checkpoint.
+    pub fn state(&self) -> Weights {
+        let mut w = Weights::new();
+        for (i, (name, _)) in self.vars.iter().enumerate() {
+            w.insert(format!("opt.m.{name}"), self.m[i].clone());
+            w.insert(format!("opt.v.{name}"), self.v[i].clone());
+        }
+        w
+    }
+
+    pub fn load_state(&mut self, extra: &Weights, step: u64) -> Result<()> {
+        for (i, (name, _)) in self.vars.iter().enumerate() {
+            let get = |k: String| extra.get(&k).cloned().ok_or_else(|| anyhow::anyhow!("checkpoint lacks optimizer state `{k}`"));
+            self.m[i] = get(format!("opt.m.{name}"))?;
+            self.v[i] = get(format!("opt.v.{name}"))?;
+        }
+        self.step = step;
+        Ok(())
+    }
+}
+
+/// Linear warmup then cosine decay to `min_lr` at `iters`.
+pub fn lr_at(iter: usize, lr: f64, min_lr: f64, warmup: usize, iters: usize) -> f64 {
+    if iter < warmup {
+        return lr * (iter + 1) as f64 / warmup as f64;
+    }
+    if iter >= iters {
+        return min_lr;
+    }
+    let ratio = (iter - warmup) as f64 / (iters - warmup).max(1) as f64;
+    min_lr + 0.5 * (1.0 + (std::f64::consts::PI * ratio).cos()) * (lr - min_lr)
+}

@@ -1,0 +1,216 @@
+//! The training loop: AdamW, warmup + cosine, clipping, dropout, periodic
+//! evaluation, a CSV log and atomic checkpoints that resume exactly.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Var};
+use indicatif::{ProgressBar, ProgressStyle};
+use nrgpt_web::model::{cross_entropy, init_weights, num_params, Dropout, Weights};
+use nrgpt_web::rng::Rng64;
+use nrgpt_web::{Checkpoint, ForwardOpts, Model, ModelConfig, Vocab};
+use serde::{Deserialize, Serialize};
+
+use crate::data::{random_batch, Corpus};
+use crate::eval::estimate_loss;
+use crate::optim::{lr_at, AdamW};
+
+/// Everything that defines a run besides the model config; saved in the
+/// checkpoint so `--resume` continues with the same settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainSettings {
+    pub batch: usize,
+    pub iters: usize,
+    pub lr: f64,
+    pub min_lr: f64,
+    pub warmup: usize,
+    pub weight_decay: f64,
+    pub dropout: f64,
+    pub grad_clip: f64,
+    pub eval_every: usize,
+    pub eval_iters: usize,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainState {
+    /// Iterations completed.
+    pub iter: usize,
+    pub settings: TrainSettings,
+    pub train_loss: Option<f64>,
+    pub val_loss: Option<f64>,
+}
+
+pub struct RunPaths {
+    pub dir: PathBuf,
+}
+
+impl RunPaths {
+    pub fn ckpt(&self) -> PathBuf {
+        self.dir.join("ckpt.safetensors")
+    }
+    pub fn log(&self) -> PathBuf {
+        self.dir.join("log.csv")
+    }
+}
+
+const CSV_HEADER: &str = "iter,lr,loss,grad_norm,train_loss,val_loss,tok_per_s,elapsed_s";
+const STREAM_DROPOUT: u64 = 0xD50;
+const STREAM_EVAL: u64 = 0xE7A1;
+
+/// Writes `bytes` to `path` via a temp file and a rename, so a crash leaves
+/// either the old file or the new one, never half of one.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}
+
+fn save(paths: &RunPaths, cfg: &ModelConfig, vocab: &Vocab, vars: &[(String, Var)], opt: &AdamW, state: &TrainState) -> Result<()> {
+    let weights: Weights = vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
+    let mut meta = BTreeMap::new();
+    meta.insert("train_state".to_string(), serde_json::to_string(state)?);
+    let ck = Checkpoint { config: cfg.clone(), vocab: vocab.clone(), weights, extra: opt.state(), meta };
+    write_atomic(&paths.ckpt(), &ck.to_bytes()?)
+}
+
+/// Keeps the log rows of iterations before `iter` (a resumed run rewrites the rest).
+fn truncate_log(path: &Path, iter: usize) -> Result<()> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = String::from(CSV_HEADER);
+    out.push('\n');
+    for line in text.lines().skip(1) {
+        let it: usize = line.split(',').next().and_then(|s| s.parse().ok()).unwrap_or(usize::MAX);
+        if it < iter {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    write_atomic(path, out.as_bytes())
+}
+
+pub struct Outcome {
+    pub train_loss: f64,
+    pub val_loss: f64,
+    pub tokens_per_s: f64,
+}
+
+/// How a run starts.
+pub enum Start {
+    Fresh(ModelConfig, TrainSettings),
+    /// Continue the run in the folder with its saved settings; `iters` extends it.
+    Resume { iters: Option<usize> },
+}
+
+/// Trains a fresh model, or continues the run in `paths` exactly where its
+/// last checkpoint left it.
+pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet: bool) -> Result<Outcome> {
+    let dev = Device::Cpu;
+    std::fs::create_dir_all(&paths.dir).with_context(|| format!("creating {}", paths.dir.display()))?;
+    let (cfg, settings, weights, opt_state) = match start {
+        Start::Resume { iters } => {
+            let bytes = std::fs::read(paths.ckpt()).with_context(|| format!("reading {} to resume", paths.ckpt().display()))?;
+            let ck = Checkpoint::from_bytes(&bytes, DType::F32, &dev).with_context(|| format!("loading {}", paths.ckpt().display()))?;
+            let state: TrainState = serde_json::from_str(ck.meta.get("train_state").context("checkpoint has no train_state")?)?;
+            let mut s = state.settings.clone();
+            s.iters = iters.unwrap_or(s.iters).max(state.iter);
+            (ck.config, s, ck.weights, Some((ck.extra, state.iter)))
+        }
+        Start::Fresh(cfg, settings) => {
+            let w = init_weights(&cfg, settings.seed, DType::F32, &dev)?;
+            (cfg, settings, w, None)
+        }
+    };
+    if vocab.len() != cfg.vocab_size {
+        bail!("the vocabulary has {} characters but the model expects {}", vocab.len(), cfg.vocab_size);
+    }
+    let vars: Vec<(String, Var)> = weights.iter().map(|(n, t)| Ok((n.clone(), Var::from_tensor(t)?))).collect::<Result<_>>()?;
+    let model = Model::new(&cfg, &vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect())?;
+    let mut opt = AdamW::new(vars.clone(), settings.weight_decay)?;
+    let start = match opt_state {
+        Some((extra, iter)) => {
+            opt.load_state(&extra, iter as u64)?;
+            truncate_log(&paths.log(), iter)?;
+            iter
+        }
+        None => {
+            write_atomic(&paths.log(), format!("{CSV_HEADER}\n").as_bytes())?;
+            0
+        }
+    };
+    let mut log = std::fs::OpenOptions::new().append(true).open(paths.log())?;
+    let s = &settings;
+    let pb = if quiet { ProgressBar::hidden() } else { ProgressBar::new(s.iters as u64) };
+    pb.set_style(ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]")?);
+    pb.set_position(start as u64);
+    eprintln!(
+        "{} | {} params | d={} heads={} steps={} block={} batch={} | {} iters from {}",
+        cfg.arch.name(),
+        num_params(&cfg),
+        cfg.d_model,
+        cfg.n_head,
+        cfg.steps,
+        cfg.block_size,
+        s.batch,
+        s.iters,
+        start
+    );
+    let eval_model = || -> Result<Model> {
+        let w: Weights = vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().detach())).collect();
+        Ok(Model::new(&cfg, &w)?)
+    };
+    let t0 = Instant::now();
+    let mut trained_tokens = 0usize;
+    let mut train_time = 0.0f64;
+    let (mut last_train, mut last_val) = (f64::NAN, f64::NAN);
+    for iter in start..=s.iters {
+        if iter % s.eval_every == 0 || iter == s.iters {
+            let m = eval_model()?;
+            last_train = estimate_loss(&m, &corpus.train, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
+            last_val = estimate_loss(&m, &corpus.val, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
+            writeln!(log, "{iter},,,,{last_train},{last_val},,{:.3}", t0.elapsed().as_secs_f64())?;
+            let line = format!("iter {iter:>6}: train {last_train:.4}  val {last_val:.4}");
+            if quiet {
+                eprintln!("{line}");
+            } else {
+                pb.println(line);
+            }
+            let state = TrainState { iter, settings: s.clone(), train_loss: Some(last_train), val_loss: Some(last_val) };
+            save(paths, &cfg, vocab, &vars, &opt, &state)?;
+        }
+        if iter == s.iters {
+            break;
+        }
+        let step_t = Instant::now();
+        let mut rng = Rng64::derive(s.seed, iter as u64);
+        let (x, y) = random_batch(&corpus.train, s.batch, cfg.block_size, &mut rng, &dev)?;
+        let mut drop = Dropout { p: s.dropout, rng: Rng64::derive(s.seed ^ STREAM_DROPOUT, iter as u64) };
+        let logits = model.forward(&x, ForwardOpts { dropout: Some(&mut drop), ..Default::default() })?.logits;
+        let loss = cross_entropy(&logits, &y)?;
+        let grads = loss.backward()?;
+        let (gnorm, clip) = opt.clip_factor(&grads, s.grad_clip)?;
+        let lr = lr_at(iter, s.lr, s.min_lr, s.warmup, s.iters);
+        opt.step(&grads, lr, clip)?;
+        let loss_v = loss.to_scalar::<f32>()? as f64;
+        if !loss_v.is_finite() {
+            bail!("loss became {loss_v} at iteration {iter}; try a lower --lr");
+        }
+        train_time += step_t.elapsed().as_secs_f64();
+        trained_tokens += s.batch * cfg.block_size;
+        let tps = trained_tokens as f64 / train_time;
+        writeln!(log, "{iter},{lr:e},{loss_v},{gnorm},,,{tps:.1},{:.3}", t0.elapsed().as_secs_f64())?;
+        pb.set_message(format!("loss {loss_v:.3} | val {last_val:.3} | {:.1}k tok/s", tps / 1000.0));
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    let tokens_per_s = if train_time > 0.0 { trained_tokens as f64 / train_time } else { 0.0 };
+    Ok(Outcome { train_loss: last_train, val_loss: last_val, tokens_per_s })
+}

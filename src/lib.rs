@@ -15,8 +15,10 @@ pub mod linear;
 pub mod model;
 pub mod norm;
 pub mod nrgpt;
+pub mod projection;
 pub mod rng;
 pub mod sample;
+pub mod session;
 pub mod vocab;
 
 pub use checkpoint::Checkpoint;

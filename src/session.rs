@@ -1,0 +1,83 @@
+//! A decoding session: feed characters one at a time and get, for each, the
+//! next-character logits plus the trajectory the page animates. This is the
+//! CPU reference (it recomputes the window for every character); the GPU
+//! engine implements the same contract with cached states.
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::projection::{project, top2_directions};
+use crate::{Checkpoint, ForwardOpts, Model, Result, Vocab};
+
+#[derive(Debug, Clone, Default)]
+pub struct StepOpts {
+    /// Recursion steps T (default: the checkpoint's).
+    pub steps: Option<usize>,
+}
+
+/// What one character's descent looked like.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenTrace {
+    /// Logits for the next character after the last step (V).
+    pub logits: Vec<f32>,
+    /// E_A(t), t = 0..=T (NRGPT; empty for the GPT baselines).
+    pub energies: Vec<f32>,
+    /// Readout logits of x_A(t), t = 0..=T: the candidates changing per step.
+    pub step_logits: Vec<Vec<f32>>,
+    /// x_A(t) projected on the checkpoint's fixed plane, t = 0..=T.
+    pub proj: Vec<[f32; 2]>,
+    /// Steps the character actually used (T unless it exited early).
+    pub steps_used: usize,
+}
+
+pub struct Session {
+    pub model: Model,
+    pub vocab: Vocab,
+    ids: Vec<u32>,
+    dirs: [Vec<f32>; 2],
+}
+
+impl Session {
+    pub fn new(ck: &Checkpoint) -> Result<Self> {
+        let model = ck.model()?;
+        let (v, d) = (ck.config.vocab_size, ck.config.d_model);
+        let head: Vec<f32> = ck.weights["head.w"].to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        Ok(Self { model, vocab: ck.vocab.clone(), ids: Vec::new(), dirs: top2_directions(&head, v, d) })
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        Self::new(&Checkpoint::from_bytes(bytes, DType::F32, &Device::Cpu)?)
+    }
+
+    pub fn reset(&mut self) {
+        self.ids.clear();
+    }
+
+    pub fn context(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// Appends `token` and runs the model on the last `block_size` characters.
+    pub fn push(&mut self, token: u32, opts: &StepOpts) -> Result<TokenTrace> {
+        if token as usize >= self.model.cfg.vocab_size {
+            return Err(crate::Error::Vocab(format!("token id {token} is outside the vocabulary")));
+        }
+        self.ids.push(token);
+        let ctx = &self.ids[self.ids.len().saturating_sub(self.model.cfg.block_size)..];
+        let n = ctx.len();
+        let t = Tensor::from_slice(ctx, (1, n), self.model.device())?;
+        let f = self.model.forward(&t, ForwardOpts { steps: opts.steps, record: true, dropout: None })?;
+        let last = |x: &Tensor| -> Result<Vec<f32>> { Ok(x.get(0)?.get(n - 1)?.to_dtype(DType::F32)?.to_vec1()?) };
+        let mut step_logits = Vec::with_capacity(f.states.len());
+        let mut proj = Vec::with_capacity(f.states.len());
+        for x in &f.states {
+            let xa = x.narrow(1, n - 1, 1)?;
+            step_logits.push(self.model.readout(&xa)?.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?);
+            proj.push(project(&last(x)?, &self.dirs));
+        }
+        let energies = match &f.energies {
+            Some(e) => e.narrow(2, n - 1, 1)?.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?,
+            None => Vec::new(),
+        };
+        Ok(TokenTrace { logits: last(&f.logits)?, energies, step_logits, proj, steps_used: f.states.len() - 1 })
+    }
+}

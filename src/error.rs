@@ -14,6 +14,10 @@ pub enum Error {
     Config(String),
     #[error("vocabulary: {0}")]
     Vocab(String),
+    #[error("no usable GPU: {0}")]
+    NoGpu(String),
+    #[error("GPU: {0}")]
+    Gpu(String),
     #[error("missing weight `{0}`")]
     MissingWeight(String),
     #[error("weight `{name}` has shape {got:?}, expected {want:?}")]

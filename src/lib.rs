@@ -9,6 +9,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod energy;
+pub mod engine;
 pub mod error;
 pub mod gpt;
 pub mod linear;
@@ -16,6 +17,7 @@ pub mod model;
 pub mod norm;
 pub mod nrgpt;
 pub mod projection;
+pub mod quant;
 pub mod rng;
 pub mod sample;
 pub mod session;

@@ -3,6 +3,7 @@
 use candle_core::{DType, Tensor};
 
 use crate::rng::Rng64;
+use crate::session::slide_window;
 use crate::{Error, ForwardOpts, Model, Result, Vocab};
 
 #[derive(Debug, Clone)]
@@ -75,22 +76,29 @@ pub fn draw(probs: &[f32], rng: &mut Rng64) -> usize {
     probs.iter().rposition(|&p| p > 0.0).unwrap_or(0)
 }
 
-/// Generates `n_chars` after `prompt` by recomputing the (cropped) context for
-/// every character: the simple reference the engine's cached decoding must match.
+/// Generates `n_chars` after `prompt` by recomputing the window (the shared
+/// [`slide_window`] policy) for every character: the simple reference the
+/// engine's cached decoding and the page must match.
 pub fn generate(model: &Model, vocab: &Vocab, prompt: &str, n_chars: usize, opts: &SampleOpts) -> Result<String> {
-    let mut ids = vocab.encode(prompt)?;
-    if ids.is_empty() {
+    let prompt_ids = vocab.encode(prompt)?;
+    if prompt_ids.is_empty() {
         return Err(Error::Vocab("the prompt is empty".into()));
     }
     let mut rng = Rng64::new(opts.seed);
     let block = model.cfg.block_size;
+    let mut ids = Vec::new();
+    for id in prompt_ids {
+        slide_window(&mut ids, block);
+        ids.push(id);
+    }
     let mut out = Vec::with_capacity(n_chars);
     for _ in 0..n_chars {
-        let ctx = &ids[ids.len().saturating_sub(block)..];
+        let ctx = &ids[..];
         let t = Tensor::from_slice(ctx, (1, ctx.len()), model.device())?;
         let logits = model.forward(&t, ForwardOpts::default())?.logits;
         let last: Vec<f32> = logits.get(0)?.get(ctx.len() - 1)?.to_dtype(DType::F32)?.to_vec1()?;
         let next = draw(&filtered_probs(&last, opts), &mut rng) as u32;
+        slide_window(&mut ids, block);
         ids.push(next);
         out.push(next);
     }

@@ -12,10 +12,25 @@ use crate::{Checkpoint, ForwardOpts, Model, Result, Vocab};
 pub struct StepOpts {
     /// Recursion steps T (default: the checkpoint's).
     pub steps: Option<usize>,
+    /// Early exit (engine only): a character stops descending once
+    /// |E(t) - E(t-1)| < tol. The CPU reference ignores it.
+    pub early_exit: Option<f32>,
+}
+
+/// The window policy every decoder shares: when the window is full, keep its
+/// last half (positions restart at 0), so cached decoding recomputes only on
+/// a slide. Returns whether it slid.
+pub fn slide_window(window: &mut Vec<u32>, block: usize) -> bool {
+    if window.len() < block {
+        return false;
+    }
+    let keep = (block / 2).max(1);
+    window.drain(..window.len() - keep);
+    true
 }
 
 /// What one character's descent looked like.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TokenTrace {
     /// Logits for the next character after the last step (V).
     pub logits: Vec<f32>,
@@ -32,6 +47,7 @@ pub struct TokenTrace {
 pub struct Session {
     pub model: Model,
     pub vocab: Vocab,
+    /// The current window (see [`slide_window`]).
     ids: Vec<u32>,
     dirs: [Vec<f32>; 2],
 }
@@ -61,8 +77,9 @@ impl Session {
         if token as usize >= self.model.cfg.vocab_size {
             return Err(crate::Error::Vocab(format!("token id {token} is outside the vocabulary")));
         }
+        slide_window(&mut self.ids, self.model.cfg.block_size);
         self.ids.push(token);
-        let ctx = &self.ids[self.ids.len().saturating_sub(self.model.cfg.block_size)..];
+        let ctx = &self.ids[..];
         let n = ctx.len();
         let t = Tensor::from_slice(ctx, (1, n), self.model.device())?;
         let f = self.model.forward(&t, ForwardOpts { steps: opts.steps, record: true, dropout: None })?;

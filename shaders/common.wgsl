@@ -1,0 +1,62 @@
+// Bindings and workgroup helpers shared by the fused descent kernel.
+// The constants (sizes, offsets, flags) are generated per checkpoint by
+// src/engine/gpu.rs and prepended to this file.
+
+struct Job {
+    // position of the first token in this dispatch
+    start: u32,
+    // tokens to descend, one after another
+    count: u32,
+    // early-exit tolerance on |E(t) - E(t-1)|; 0 disables it
+    tol: f32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> job: Job;
+// every matrix, packed (f32 bits, or int8/int4 codes), see weights_*.wgsl
+@group(0) @binding(1) var<storage, read> words: array<u32>;
+// block scales, vectors (gamma, biases, alpha, ...) and the projection plane
+@group(0) @binding(2) var<storage, read> fvec: array<f32>;
+// k_B(t) = Wk g_B(t) for every level t and position B: [LEVELS][BLOCK][HD]
+@group(0) @binding(3) var<storage, read_write> kcache: array<f32>;
+// the state x, scratch vectors and the trace read back after each dispatch
+@group(0) @binding(4) var<storage, read_write> io: array<f32>;
+@group(0) @binding(5) var<storage, read> tokens: array<u32>;
+
+var<workgroup> red: array<f32, WG>;
+
+// Orders storage and workgroup memory across the workgroup.
+fn sync() {
+    storageBarrier();
+    workgroupBarrier();
+}
+
+// Sum of one value per thread; every thread must call it.
+fn wg_sum(tid: u32, v: f32) -> f32 {
+    red[tid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (tid < s) {
+            red[tid] = red[tid] + red[tid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+
+// Max of one value per thread; every thread must call it.
+fn wg_max(tid: u32, v: f32) -> f32 {
+    red[tid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (tid < s) {
+            red[tid] = max(red[tid], red[tid + s]);
+        }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}

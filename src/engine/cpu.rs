@@ -1,0 +1,183 @@
+//! Exact incremental NRGPT decoding on the CPU, in plain f32 loops: the
+//! readable twin of `shaders/descend.wgsl` and the engine's fallback when no
+//! GPU adapter exists. Each token keeps its keys `k_B(t) = Wk g_B(t)` for
+//! every level t = 0..=T; a new token reads them, so it costs O(T n D).
+
+use super::params::DecodeParams;
+use super::Trace;
+
+pub struct CpuDecoder {
+    p: DecodeParams,
+    levels: usize,
+    /// k_B(t) at [t][B][HD]
+    kcache: Vec<f32>,
+    n: usize,
+}
+
+/// `y[i] = sum_j W[i][j] x[j] (+ b[i])` for row-major W (rows x x.len()).
+fn matvec(w: &[f32], x: &[f32], b: Option<&[f32]>) -> Vec<f32> {
+    let cols = x.len();
+    (0..w.len() / cols)
+        .map(|i| w[i * cols..(i + 1) * cols].iter().zip(x).map(|(a, b)| a * b).sum::<f32>() + b.map_or(0.0, |b| b[i]))
+        .collect()
+}
+
+/// `y[j] = sum_i W[i][j] x[i]`: the transposed product.
+fn matvec_t(w: &[f32], x: &[f32], cols: usize) -> Vec<f32> {
+    let mut y = vec![0f32; cols];
+    for (i, xi) in x.iter().enumerate() {
+        for (yj, wij) in y.iter_mut().zip(&w[i * cols..(i + 1) * cols]) {
+            *yj += wij * xi;
+        }
+    }
+    y
+}
+
+/// LayerNorm `gamma (x - mean)/s` or RMSNorm `gamma x / r`.
+pub fn norm(x: &[f32], gamma: &[f32], layer: bool, eps: f32) -> Vec<f32> {
+    let d = x.len() as f32;
+    let mean = if layer { x.iter().sum::<f32>() / d } else { 0.0 };
+    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d;
+    let s = (var + eps).sqrt();
+    x.iter().zip(gamma).map(|(v, g)| g * (v - mean) / s).collect()
+}
+
+/// (s(u), s'(u)) for exact GELU or ReLU.
+pub fn act(u: f32, gelu: bool) -> (f32, f32) {
+    if gelu {
+        let cdf = 0.5 * (1.0 + erf(u / std::f32::consts::SQRT_2));
+        let pdf = (-0.5 * u * u).exp() / (2.0 * std::f32::consts::PI).sqrt();
+        (u * cdf, cdf + u * pdf)
+    } else if u > 0.0 {
+        (u, 1.0)
+    } else {
+        (0.0, 0.0)
+    }
+}
+
+/// erf with |error| < 1.5e-7 (Abramowitz & Stegun 7.1.26), the same
+/// approximation the WGSL kernel uses (WGSL has no erf).
+pub fn erf(x: f32) -> f32 {
+    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
+    let y = 1.0 - (((((1.061_405_4 * t - 1.453_152_1) * t) + 1.421_413_7) * t - 0.284_496_74) * t + 0.254_829_6) * t * (-x * x).exp();
+    if x >= 0.0 { y } else { -y }
+}
+
+impl CpuDecoder {
+    pub fn new(p: DecodeParams, steps: usize) -> Self {
+        let levels = steps + 1;
+        let kcache = vec![0.0; levels * p.cfg.block_size * p.hd()];
+        Self { p, levels, kcache, n: 0 }
+    }
+
+    pub fn steps(&self) -> usize {
+        self.levels - 1
+    }
+
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    pub fn params(&self) -> &DecodeParams {
+        &self.p
+    }
+
+    pub fn reset(&mut self) {
+        self.n = 0;
+    }
+
+    /// Descends the token at position n with the earlier tokens' cached keys.
+    /// `tol`: stop once |E(t) - E(t-1)| < tol.
+    pub fn push(&mut self, token: u32, tol: Option<f32>) -> Trace {
+        let p = &self.p;
+        let cfg = &p.cfg;
+        let (d, h, dh, hd, v) = (cfg.d_model, cfg.n_head, cfg.head_dim, p.hd(), cfg.vocab_size);
+        let (a, block, steps) = (self.n, cfg.block_size, self.levels - 1);
+        assert!(a < block, "the window is full; the engine slides it before pushing");
+        let eps = cfg.eps as f32;
+        let beta = 1.0 / (dh as f32).sqrt();
+        // x_A(0) = token embedding + position embedding
+        let mut x: Vec<f32> = (0..d).map(|j| p.get("tok_emb")[token as usize * d + j] + p.get("pos_emb")[a * d + j]).collect();
+        let (gamma, wq, wk, alpha) = (p.get("block.norm.gamma"), p.get("block.attn.wq"), p.get("block.attn.wk"), p.get("block.attn.alpha"));
+        let (w1, b1) = (p.get("block.ff.w1"), p.get("block.ff.b1"));
+        let ff_scale = p.get("block.ff_scale")[0];
+        let mut tr = Trace::default();
+        for t in 0..=steps {
+            let g = norm(&x, gamma, p.layer_norm(), eps);
+            let q = matvec(wq, &g, None);
+            let k = matvec(wk, &g, None);
+            self.kcache[(t * block + a) * hd..(t * block + a + 1) * hd].copy_from_slice(&k);
+            // attention: dE_AT/dg = -sum_h alpha_h Wq_h^T sum_{B<A} p_AB k_B ; E_AT = -sum_h alpha_h/beta lse_h
+            let mut ctx = vec![0f32; hd];
+            let mut e_at = 0.0;
+            if a > 0 {
+                for hh in 0..h {
+                    let qh = &q[hh * dh..(hh + 1) * dh];
+                    let kb = |b: usize| &self.kcache[(t * block + b) * hd + hh * dh..(t * block + b) * hd + (hh + 1) * dh];
+                    let s: Vec<f32> = (0..a).map(|b| beta * kb(b).iter().zip(qh).map(|(x, y)| x * y).sum::<f32>()).collect();
+                    let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                    let z: f32 = s.iter().map(|v| (v - m).exp()).sum();
+                    e_at -= alpha[hh] / beta * (z.ln() + m);
+                    for (b, sb) in s.iter().enumerate() {
+                        let pb = (sb - m).exp() / z;
+                        for (c, kv) in ctx[hh * dh..(hh + 1) * dh].iter_mut().zip(kb(b)) {
+                            *c += alpha[hh] * pb * kv;
+                        }
+                    }
+                }
+            }
+            let grad_at = matvec_t(wq, &ctx, d);
+            // feed-forward energy and its gradient
+            let u = matvec(w1, &g, Some(b1));
+            let (sig, dsig): (Vec<f32>, Vec<f32>) = u.iter().map(|&ui| act(ui, p.gelu())).unzip();
+            let (e_ff, grad_ff) = if p.is_ff2w() {
+                let (w2, b2) = (p.get("block.ff.w2"), p.get("block.ff.b2"));
+                // E = -g.(W2 s + b2); dE/dg = -(W2 s + b2) - W1^T (s' * W2^T g)
+                let out = matvec(w2, &sig, Some(b2));
+                let w2g = matvec_t(w2, &g, sig.len());
+                let inner: Vec<f32> = dsig.iter().zip(&w2g).map(|(a, b)| a * b).collect();
+                let back = matvec_t(w1, &inner, d);
+                let e = -g.iter().zip(&out).map(|(a, b)| a * b).sum::<f32>();
+                (e, out.iter().zip(&back).map(|(o, b)| -(o + b)).collect::<Vec<_>>())
+            } else {
+                // E = -|s|^2; dE/dg = -2 W1^T (s * s')
+                let inner: Vec<f32> = sig.iter().zip(&dsig).map(|(a, b)| a * b).collect();
+                let e = -sig.iter().map(|v| v * v).sum::<f32>();
+                (e, matvec_t(w1, &inner, d).iter().map(|v| -2.0 * v).collect())
+            };
+            let energy = e_at + ff_scale * e_ff;
+            tr.energies.push(energy);
+            tr.step_logits.push(self.readout(&x));
+            tr.proj.push(crate::projection::project(&x, &p.dirs));
+            let settled = t > 0 && tol.is_some_and(|tol| (energy - tr.energies[t - 1]).abs() < tol);
+            if t == steps || settled {
+                // later levels read this settled state's keys
+                for t2 in t + 1..=steps {
+                    self.kcache.copy_within((t * block + a) * hd..(t * block + a + 1) * hd, (t2 * block + a) * hd);
+                }
+                tr.steps_used = t;
+                break;
+            }
+            // x <- x - eta * dE/dg
+            let grad: Vec<f32> = (0..d).map(|j| -grad_at[j] + ff_scale * grad_ff[j]).collect();
+            let upd = if p.free_eta() {
+                matvec(p.get("block.eta.w"), &grad, None)
+            } else {
+                let c = p.get("block.eta.log_c")[0].exp();
+                grad.iter().zip(gamma).map(|(g, ga)| c * ga * g).collect()
+            };
+            x.iter_mut().zip(&upd).for_each(|(xi, ui)| *xi -= ui);
+        }
+        tr.logits = tr.step_logits.last().cloned().unwrap_or_default();
+        debug_assert_eq!(tr.logits.len(), v);
+        self.n += 1;
+        tr
+    }
+
+    /// logits = W_out N_out(x) + b
+    fn readout(&self, x: &[f32]) -> Vec<f32> {
+        let p = &self.p;
+        let g = norm(x, p.get("out_norm.gamma"), p.layer_norm(), p.cfg.eps as f32);
+        matvec(p.get("head.w"), &g, Some(p.get("head.b")))
+    }
+}

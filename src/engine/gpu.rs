@@ -236,6 +236,7 @@ pub struct GpuDecoder {
     io: wgpu::Buffer,
     staging: wgpu::Buffer,
     n: usize,
+    dispatches: u64,
 }
 
 impl GpuDecoder {
@@ -262,7 +263,7 @@ impl GpuDecoder {
         let bgl = bind_group_layout(&device);
         let lay = layout(&params, steps);
         let (pipeline, bind_group, job, tokens, io, staging) = Self::build(&device, &bgl, &packed, &params, &lay).await?;
-        Ok(Self { device, queue, adapter_name, packed, params, lay, bgl, pipeline, bind_group, job, tokens, io, staging, n: 0 })
+        Ok(Self { device, queue, adapter_name, packed, params, lay, bgl, pipeline, bind_group, job, tokens, io, staging, n: 0, dispatches: 0 })
     }
 
     #[allow(clippy::type_complexity)]
@@ -325,6 +326,11 @@ impl GpuDecoder {
         self.n = 0;
     }
 
+    /// Compute dispatches issued so far (one per `push_many`, covering all T steps).
+    pub fn dispatches(&self) -> u64 {
+        self.dispatches
+    }
+
     /// Rebuilds the pipeline and cache for a different step count.
     pub async fn set_steps(&mut self, steps: usize) -> Result<()> {
         self.lay = layout(&self.params, steps);
@@ -350,6 +356,7 @@ impl GpuDecoder {
             pass.set_bind_group(0, &self.bind_group, &[]);
             pass.dispatch_workgroups(1, 1, 1);
         }
+        self.dispatches += 1;
         let out_bytes = ((self.lay.io_len - self.lay.out_start) * 4) as u64;
         enc.copy_buffer_to_buffer(&self.io, (self.lay.out_start * 4) as u64, &self.staging, 0, out_bytes);
         self.queue.submit([enc.finish()]);

@@ -95,39 +95,82 @@ impl Engine {
         }
     }
 
-    /// Feeds one character and returns its trace (logits for the next one).
-    pub async fn push(&mut self, token: u32, opts: &StepOpts) -> Result<Trace> {
-        if token as usize >= self.cfg.vocab_size {
-            return Err(Error::Vocab(format!("token id {token} is outside the vocabulary")));
+    /// GPU compute dispatches issued so far (0 on the CPU backend).
+    pub fn dispatches(&self) -> u64 {
+        match &self.dec {
+            Decoder::Gpu(d) => d.dispatches(),
+            Decoder::Cpu(_) => 0,
         }
+    }
+
+    /// Feeds several characters (a prompt) and returns the last one's trace;
+    /// on the GPU the whole run is one dispatch unless the window slides.
+    pub async fn push_many(&mut self, tokens: &[u32], opts: &StepOpts) -> Result<Trace> {
+        self.check_tokens(tokens)?;
+        let block = self.cfg.block_size;
+        let mut last = None;
+        let mut i = 0;
+        while i < tokens.len() {
+            if self.apply_opts(opts).await? || self.window.len() >= block {
+                // a refill or a slide: the one-token path handles both
+                last = Some(self.push(tokens[i], opts).await?);
+                i += 1;
+                continue;
+            }
+            let take = (block - self.window.len()).min(tokens.len() - i);
+            let chunk = &tokens[i..i + take];
+            self.window.extend_from_slice(chunk);
+            last = Some(self.decode(chunk).await?);
+            i += take;
+        }
+        last.ok_or_else(|| Error::Vocab("nothing to feed: the text is empty".into()))
+    }
+
+    /// Adopts the step count and tolerance of `opts`; true when the cached
+    /// window must be recomputed under them.
+    async fn apply_opts(&mut self, opts: &StepOpts) -> Result<bool> {
         let steps = opts.steps.unwrap_or(self.cfg.steps).max(1);
-        let mut refill = steps != self.steps || opts.early_exit != self.tol;
+        let changed = steps != self.steps || opts.early_exit != self.tol;
         if steps != self.steps {
             self.steps = steps;
             match &mut self.dec {
-                Decoder::Cpu(d) => *d = CpuDecoder::new(DecodeParams { cfg: d.params().cfg.clone(), w: d.params().w.clone(), dirs: d.params().dirs.clone() }, steps),
+                Decoder::Cpu(d) => *d = CpuDecoder::new(d.params().clone(), steps),
                 Decoder::Gpu(d) => d.set_steps(steps).await?,
             }
         }
         self.tol = opts.early_exit;
+        Ok(changed && !self.window.is_empty())
+    }
+
+    /// Runs `tokens` (already appended to the window) through the decoder.
+    async fn decode(&mut self, tokens: &[u32]) -> Result<Trace> {
+        match &mut self.dec {
+            Decoder::Cpu(d) => Ok(tokens.iter().map(|&t| d.push(t, self.tol)).last().unwrap_or_default()),
+            Decoder::Gpu(d) => d.push_many(tokens, self.tol).await,
+        }
+    }
+
+    fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
+        match tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            Some(t) => Err(Error::Vocab(format!("token id {t} is outside the vocabulary"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Feeds one character and returns its trace (logits for the next one).
+    pub async fn push(&mut self, token: u32, opts: &StepOpts) -> Result<Trace> {
+        self.check_tokens(&[token])?;
+        let mut refill = self.apply_opts(opts).await?;
         refill |= slide_window(&mut self.window, self.cfg.block_size);
         self.window.push(token);
-        let tokens = if refill { self.window.clone() } else { vec![token] };
         if refill {
             match &mut self.dec {
                 Decoder::Cpu(d) => d.reset(),
                 Decoder::Gpu(d) => d.reset(),
             }
+            let all = self.window.clone();
+            return self.decode(&all).await;
         }
-        match &mut self.dec {
-            Decoder::Cpu(d) => {
-                let mut last = Trace::default();
-                for &t in &tokens {
-                    last = d.push(t, self.tol);
-                }
-                Ok(last)
-            }
-            Decoder::Gpu(d) => d.push_many(&tokens, self.tol).await,
-        }
+        self.decode(&[token]).await
     }
 }

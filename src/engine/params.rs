@@ -9,6 +9,7 @@ use crate::projection::top2_directions;
 use crate::{Activation, Arch, Checkpoint, Error, EtaKind, ModelConfig, NormKind, Result};
 
 /// Every weight as row-major f32, plus the fixed 2-D projection plane.
+#[derive(Clone)]
 pub struct DecodeParams {
     pub cfg: ModelConfig,
     pub w: BTreeMap<String, Vec<f32>>,

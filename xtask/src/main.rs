@@ -43,12 +43,35 @@ fn ensure_wasm_target() -> Result<()> {
     run(Command::new("rustup").args(["target", "add", WASM_TARGET]))
 }
 
+fn is_root() -> bool {
+    output(Command::new("id").arg("-u")).is_some_and(|o| o.trim() == "0")
+}
+
+/// Mesa's software Vulkan (lavapipe) so the WGSL tests have an adapter on a
+/// machine without a GPU. Installed with apt-get when root; the GPU tests fail
+/// (never skip) when no adapter exists.
+fn ensure_lavapipe() -> Result<()> {
+    let icd = Path::new("/usr/share/vulkan/icd.d");
+    let present = std::fs::read_dir(icd).map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("lvp_icd"))).unwrap_or(false);
+    if present {
+        return Ok(());
+    }
+    if !is_root() {
+        say("Mesa lavapipe is missing and this is not root: install `mesa-vulkan-drivers` (Debian) for the GPU tests");
+        return Ok(());
+    }
+    say("installing Mesa lavapipe (software Vulkan) for the GPU tests: apt-get install mesa-vulkan-drivers libvulkan1");
+    run(Command::new("apt-get").args(["-o", "DPkg::Lock::Timeout=600", "update", "-qq"]))?;
+    run(Command::new("apt-get").args(["-o", "DPkg::Lock::Timeout=600", "install", "-y", "-qq", "mesa-vulkan-drivers", "libvulkan1"]).env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
 fn test() -> Result<()> {
     let t0 = std::time::Instant::now();
     ensure_wasm_target()?;
+    ensure_lavapipe()?;
     say("checking that the core crate builds for wasm32 (the browser build)");
     run(Command::new("cargo").args(["build", "--release", "-p", "nrgpt-web", "--target", WASM_TARGET]))?;
-    say("running every test of the workspace (gradient checks, descent, causality, trainer, resume)");
+    say("running every test of the workspace (gradient checks, descent, causality, trainer, resume, engine parity on wgpu)");
     run(Command::new("cargo").args(["test", "--workspace", "--", "--test-threads", "1"]))?;
     say(&format!("all tests passed in {:.0} s", t0.elapsed().as_secs_f64()));
     Ok(())

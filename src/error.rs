@@ -22,6 +22,13 @@ pub enum Error {
     MissingWeight(String),
     #[error("weight `{name}` has shape {got:?}, expected {want:?}")]
     WeightShape { name: String, got: Vec<usize>, want: Vec<usize> },
+    #[error("unknown quantization scheme `{0}` (expected int8, int4, f16 or f32)")]
+    UnknownScheme(String),
+    #[error("tensor `{name}` is stored as {got}, expected {want}")]
+    TensorDtype { name: String, got: String, want: String },
+    /// A packed tensor whose word or scale count does not fit its weight's shape.
+    #[error("tensor `{name}` holds {got} {what}, but a {shape:?} weight at {scheme} needs {want}")]
+    PackedLength { name: String, what: &'static str, got: usize, want: usize, shape: Vec<usize>, scheme: &'static str },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

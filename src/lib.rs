@@ -17,6 +17,7 @@ pub mod model;
 pub mod norm;
 pub mod nrgpt;
 pub mod projection;
+pub mod quant;
 pub mod rng;
 pub mod sample;
 pub mod session;

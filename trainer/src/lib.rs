@@ -3,6 +3,7 @@
 
 pub mod data;
 pub mod eval;
+pub mod export;
 pub mod optim;
 pub mod train;
 pub mod vocab_file;

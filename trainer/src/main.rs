@@ -6,10 +6,12 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 use clap::{Args, Parser, Subcommand};
+use nrgpt_web::quant::Scheme;
 use nrgpt_web::sample::{generate, SampleOpts};
 use nrgpt_web::{Activation, Arch, Checkpoint, EtaKind, ModelConfig, NormKind, Vocab};
 use trainer::data::Corpus;
 use trainer::eval::full_loss;
+use trainer::export::export;
 use trainer::train::{run, RunPaths, Start, TrainSettings};
 use trainer::vocab_file::tokenizer_json;
 
@@ -28,6 +30,16 @@ enum Cmd {
     Eval(EvalArgs),
     /// Print text generated from a checkpoint.
     Sample(SampleArgs),
+    /// Write a checkpoint's model for inference: no optimizer state, optionally quantized.
+    Export {
+        #[arg(long)]
+        ckpt: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        /// int8 | int4 | f16 | f32
+        #[arg(long, default_value = "int8")]
+        quant: Scheme,
+    },
     /// Write the character vocabulary of a corpus as tokenizer.json.
     Vocab {
         #[arg(long, default_value = "data/tinyshakespeare/input.txt")]
@@ -226,6 +238,17 @@ fn main() -> Result<()> {
             let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
             let text = generate(&model, &ck.vocab, &a.prompt, a.len, &opts)?;
             println!("{}{}", a.prompt, text);
+            Ok(())
+        }
+        Cmd::Export { ckpt, out, quant } => {
+            let e = export(&ckpt, &out, quant)?;
+            println!(
+                "wrote {} ({quant}): {} bytes, {:.1}% of the f32 weights | {} params",
+                out.display(),
+                e.bytes,
+                100.0 * e.ratio_to_f32(),
+                e.params
+            );
             Ok(())
         }
         Cmd::Vocab { data, out } => {

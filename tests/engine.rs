@@ -193,3 +193,26 @@ fn one_dispatch_per_character_and_prompt_prefill_agrees() {
     let per_step = 5.0 / (5 * cfg.steps) as f64;
     assert!(per_step <= 3.0, "{per_step} dispatches per recursion step");
 }
+
+/// Quantized checkpoints: the kernel decodes the packed int8/int4 codes (and
+/// f16 widened to f32) on the GPU and matches the CPU reference run on the
+/// dequantized weights, within the same bounds as f32.
+#[test]
+fn wgsl_matches_cpu_reference_for_every_quantization() {
+    use nrgpt_web::quant::Scheme;
+    let cfg = &variants()[0];
+    let f32_bytes = random_checkpoint(cfg, 500);
+    let ck = Checkpoint::from_bytes(&f32_bytes, DType::F32, &Device::Cpu).unwrap();
+    for scheme in [Scheme::Int8, Scheme::Int4, Scheme::F16] {
+        let bytes = ck.to_quant_bytes(scheme).unwrap();
+        check_gpu_against_reference(&format!("{scheme:?}"), &bytes, cfg.vocab_size);
+    }
+}
+
+/// The shipped default checkpoint (int8) runs on the GPU exactly as on the CPU reference.
+#[test]
+fn shipped_default_matches_on_gpu() {
+    let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/www/models/default.safetensors")).unwrap();
+    let vocab = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).unwrap().vocab.len();
+    check_gpu_against_reference("shipped default", &bytes, vocab);
+}

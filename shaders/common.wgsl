@@ -9,7 +9,8 @@ struct Job {
     count: u32,
     // early-exit tolerance on |E(t) - E(t-1)|; 0 disables it
     tol: f32,
-    _pad: u32,
+    // index of this dispatch's first token in `tokens`
+    first: u32,
 }
 
 @group(0) @binding(0) var<uniform> job: Job;

@@ -1,5 +1,7 @@
-// The fused descent kernel: one workgroup descends each new token through
-// all T recursion steps (one dispatch per token, or per prompt), reading the
+// The fused descent kernel: one workgroup descends a new token through all
+// T recursion steps in one dispatch (a prompt is one dispatch per token, all
+// in one submission: lavapipe caps an invocation at 65535 loop iterations in
+// total, which a whole prompt in one invocation exceeds), reading the
 // earlier tokens' cached keys. Per level t it writes E(t), the step logits and
 // the projected state; it stores k(t) for later tokens.
 
@@ -15,14 +17,19 @@ var<workgroup> energy_now: f32;
 fn main(@builtin(local_invocation_index) tid: u32) {
     for (var n = 0u; n < job.count; n++) {
         let a = job.start + n;
-        let tok = tokens[n];
+        let tok = tokens[job.first + n];
         // x(0) = token embedding + position embedding
         for (var j = tid; j < D; j += WG) {
             io[IO_X + j] = w_at(W_TOK + tok * D + j) + w_at(W_POS + a * D + j);
         }
         sync();
         var prev = 0.0;
+        // `done` rather than `break` keeps every barrier in plain uniform control flow
+        var done = false;
         for (var t = 0u; t < LEVELS; t++) {
+            if (done) {
+                continue;
+            }
             norm_into(tid, IO_X, F_GAMMA, false);
             // q = Wq g; k = Wk g goes to the cache
             for (var i = tid; i < HD; i += WG) {
@@ -56,10 +63,11 @@ fn main(@builtin(local_invocation_index) tid: u32) {
                     io[IO_STEPS] = f32(t);
                 }
                 sync();
-                break;
+                done = true;
+            } else {
+                prev = e;
+                update_x(tid);
             }
-            prev = e;
-            update_x(tid);
         }
     }
 }

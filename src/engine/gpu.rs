@@ -41,11 +41,15 @@ fn bind_group_layout(device: &wgpu::Device) -> wgpu::BindGroupLayout {
     device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
         label: Some("descend"),
         entries: &[
-            // job: uniform Job
+            // job: uniform Job, one 256-byte slot per token of a submission
             wgpu::BindGroupLayoutEntry {
                 binding: 0,
                 visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Uniform, has_dynamic_offset: false, min_binding_size: None },
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Uniform,
+                    has_dynamic_offset: true,
+                    min_binding_size: wgpu::BufferSize::new(std::mem::size_of::<Job>() as u64),
+                },
                 count: None,
             },
             storage(1, true),  // words
@@ -63,8 +67,11 @@ struct Job {
     start: u32,
     count: u32,
     tol: f32,
-    _pad: u32,
+    first: u32,
 }
+
+/// Bytes between job slots (WebGPU's minimum uniform offset alignment).
+const JOB_SLOT: u64 = 256;
 
 /// Where everything lives in the `words`, `fvec` and `io` buffers.
 struct Layout {
@@ -301,13 +308,20 @@ impl GpuDecoder {
         let kcache = empty("kcache", lay.levels * c.block_size * params.hd(), st);
         let io = empty("io", lay.io_len, st | wgpu::BufferUsages::COPY_SRC);
         let tokens = empty("tokens", c.block_size, st | wgpu::BufferUsages::COPY_DST);
-        let job = empty("job", 4, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+        let job = empty("job", c.block_size * JOB_SLOT as usize / 4, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
         let staging = empty("staging", lay.io_len - lay.out_start, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("descend"),
             layout: bgl,
             entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: job.as_entire_binding() },
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &job,
+                        offset: 0,
+                        size: wgpu::BufferSize::new(std::mem::size_of::<Job>() as u64),
+                    }),
+                },
                 wgpu::BindGroupEntry { binding: 1, resource: words.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 2, resource: fvec.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 3, resource: kcache.as_entire_binding() },
@@ -326,7 +340,7 @@ impl GpuDecoder {
         self.n = 0;
     }
 
-    /// Compute dispatches issued so far (one per `push_many`, covering all T steps).
+    /// Compute dispatches issued so far (one per token, covering all T steps).
     pub fn dispatches(&self) -> u64 {
         self.dispatches
     }
@@ -340,23 +354,33 @@ impl GpuDecoder {
         Ok(())
     }
 
-    /// Descends `tokens` at the next positions in one dispatch; returns the last one's trace.
+    /// Descends `tokens` at the next positions (one dispatch each, one
+    /// submission, one read-back); returns the last one's trace.
     pub async fn push_many(&mut self, tokens: &[u32], tol: Option<f32>) -> Result<Trace> {
         let block = self.params.cfg.block_size;
         if tokens.is_empty() || self.n + tokens.len() > block {
             return Err(Error::Gpu(format!("{} tokens at position {} overflow the block of {block}", tokens.len(), self.n)));
         }
-        let job = Job { start: self.n as u32, count: tokens.len() as u32, tol: tol.unwrap_or(0.0).max(0.0), _pad: 0 };
-        self.queue.write_buffer(&self.job, 0, bytemuck::bytes_of(&job));
+        // one job slot and one dispatch per token, all in one submission
+        let tol = tol.unwrap_or(0.0).max(0.0);
+        let mut slots = vec![0u8; tokens.len() * JOB_SLOT as usize];
+        for i in 0..tokens.len() {
+            let job = Job { start: (self.n + i) as u32, count: 1, tol, first: i as u32 };
+            let at = i * JOB_SLOT as usize;
+            slots[at..at + std::mem::size_of::<Job>()].copy_from_slice(bytemuck::bytes_of(&job));
+        }
+        self.queue.write_buffer(&self.job, 0, &slots);
         self.queue.write_buffer(&self.tokens, 0, bytemuck::cast_slice(tokens));
         let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("descend") });
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("descend"), timestamp_writes: None });
             pass.set_pipeline(&self.pipeline);
-            pass.set_bind_group(0, &self.bind_group, &[]);
-            pass.dispatch_workgroups(1, 1, 1);
+            for i in 0..tokens.len() {
+                pass.set_bind_group(0, &self.bind_group, &[(i as u64 * JOB_SLOT) as u32]);
+                pass.dispatch_workgroups(1, 1, 1);
+            }
         }
-        self.dispatches += 1;
+        self.dispatches += tokens.len() as u64;
         let out_bytes = ((self.lay.io_len - self.lay.out_start) * 4) as u64;
         enc.copy_buffer_to_buffer(&self.io, (self.lay.out_start * 4) as u64, &self.staging, 0, out_bytes);
         self.queue.submit([enc.finish()]);

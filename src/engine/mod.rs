@@ -104,7 +104,7 @@ impl Engine {
     }
 
     /// Feeds several characters (a prompt) and returns the last one's trace;
-    /// on the GPU the whole run is one dispatch unless the window slides.
+    /// on the GPU it is one submission (a dispatch per character).
     pub async fn push_many(&mut self, tokens: &[u32], opts: &StepOpts) -> Result<Trace> {
         self.check_tokens(tokens)?;
         let block = self.cfg.block_size;

@@ -18,6 +18,10 @@ use super::protocol::{FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
 thread_local! {
     static CLIENT: RefCell<Option<Client>> = const { RefCell::new(None) };
     static REPLAY: Cell<Option<IntervalHandle>> = const { Cell::new(None) };
+    /// Characters received but not yet rendered (see `Ui::flush`).
+    static PENDING: RefCell<Vec<Arc<Token>>> = const { RefCell::new(Vec::new()) };
+    /// When the inspector last followed the newest character (ms).
+    static LAST_LIVE: Cell<f64> = const { Cell::new(0.0) };
 }
 
 fn send(msg: ToWorker) {
@@ -61,6 +65,8 @@ struct Ui {
     run_prompt: RwSignal<String>,
     t_start: RwSignal<f64>,
     tokens: RwSignal<Vec<Arc<Token>>>,
+    /// The newest character as the inspector shows it (throttled).
+    live: RwSignal<Option<Arc<Token>>>,
     /// Final energies' range over this run, for the colour map.
     e_range: RwSignal<(f32, f32)>,
     /// None: follow the newest character.
@@ -92,6 +98,7 @@ impl Ui {
             run_prompt: RwSignal::new(String::new()),
             t_start: RwSignal::new(0.0),
             tokens: RwSignal::new(Vec::new()),
+            live: RwSignal::new(None),
             e_range: RwSignal::new((f32::INFINITY, f32::NEG_INFINITY)),
             selected: RwSignal::new(None),
             step: RwSignal::new(0),
@@ -117,23 +124,19 @@ impl Ui {
                 self.info.set(Some(info));
             }
             FromWorker::Token(tok) if tok.run == self.run.get_untracked() => {
-                let final_e = tok.energies.last().copied().unwrap_or(0.0);
-                self.e_range.update(|(lo, hi)| {
-                    *lo = lo.min(final_e);
-                    *hi = hi.max(final_e);
+                // Characters can arrive faster than frames: render them once per frame.
+                let first = PENDING.with(|p| {
+                    let mut p = p.borrow_mut();
+                    p.push(Arc::new(tok));
+                    p.len() == 1
                 });
-                if self.selected.get_untracked().is_none() {
-                    self.step.set(tok.steps_used);
-                }
-                self.tokens.update(|v| v.push(Arc::new(tok)));
-                let n = self.tokens.with_untracked(|v| v.len());
-                let secs = (now_ms() - self.t_start.get_untracked()) / 1000.0;
-                if secs > 0.0 {
-                    self.cps.set(n as f64 / secs);
+                if first {
+                    request_animation_frame(move || self.flush(false));
                 }
             }
             FromWorker::Token(_) => {} // from a run that was replaced
             FromWorker::Done { run, chars, ms, stopped } if run == self.run.get_untracked() => {
+                self.flush(true);
                 self.running.set(false);
                 let secs = (now_ms() - self.t_start.get_untracked()) / 1000.0;
                 self.status.set(format!(
@@ -153,6 +156,40 @@ impl Ui {
                     self.error.set(Some(message));
                 }
             }
+        }
+    }
+
+    /// Appends the characters received since the last frame. The inspector
+    /// follows the newest one at most ~8 times a second (redrawing its charts
+    /// for every character would only cost the main thread time).
+    fn flush(self, last: bool) {
+        let new = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        if new.is_empty() && !last {
+            return;
+        }
+        self.e_range.update(|(lo, hi)| {
+            for t in &new {
+                let e = t.energies.last().copied().unwrap_or(0.0);
+                *lo = lo.min(e);
+                *hi = hi.max(e);
+            }
+        });
+        self.tokens.update(|v| v.extend(new));
+        let now = now_ms();
+        let n = self.tokens.with_untracked(|v| v.len());
+        let secs = (now - self.t_start.get_untracked()) / 1000.0;
+        if secs > 0.0 {
+            self.cps.set(n as f64 / secs);
+        }
+        if last || now - LAST_LIVE.with(|l| l.get()) >= 120.0 {
+            LAST_LIVE.with(|l| l.set(now));
+            let newest = self.tokens.with_untracked(|v| v.last().cloned());
+            if self.selected.get_untracked().is_none() {
+                if let Some(t) = &newest {
+                    self.step.set(t.steps_used);
+                }
+            }
+            self.live.set(newest);
         }
     }
 
@@ -216,7 +253,9 @@ impl Ui {
         stop_replay();
         self.run.set(req.run);
         self.run_prompt.set(req.prompt.clone());
+        PENDING.with(|p| p.borrow_mut().clear());
         self.tokens.set(Vec::new());
+        self.live.set(None);
         self.e_range.set((f32::INFINITY, f32::NEG_INFINITY));
         self.selected.set(None);
         self.error.set(None);
@@ -288,7 +327,7 @@ pub fn App() -> impl IntoView {
 
     let current = Signal::derive(move || match ui.selected.get() {
         Some(i) => ui.tokens.with(|v| v.get(i).cloned()),
-        None => ui.tokens.with(|v| v.last().cloned()),
+        None => ui.live.get(),
     });
     let step = Signal::derive(move || ui.step.get());
     // Where the last 40 characters settled: the basins the states fall into.
@@ -318,6 +357,19 @@ pub fn App() -> impl IntoView {
             </label>
         }
     };
+
+    // Keep the newest text in view while streaming, unless the reader scrolled up.
+    let out_ref = NodeRef::<leptos::html::Div>::new();
+    Effect::new(move |_| {
+        ui.tokens.track();
+        request_animation_frame(move || {
+            if let Some(el) = out_ref.get_untracked() {
+                if el.scroll_height() - el.scroll_top() - el.client_height() < 80 {
+                    el.set_scroll_top(el.scroll_height());
+                }
+            }
+        });
+    });
 
     let render_char = move |t: Arc<Token>| {
         let i = t.index;
@@ -359,11 +411,11 @@ pub fn App() -> impl IntoView {
                                 }
                             }>
                             {move || ui.models.get().into_iter().enumerate().map(|(i, m)| {
-                                let text = format!("{} — {} ({} params, {})", m.name, m.arch, m.params, mb(m.size as f64));
+                                let text = format!("{} ({}, {:.0}k params)", m.name, m.arch, m.params as f64 / 1e3);
                                 view! { <option value=i selected=move || ui.model_idx.get() == i>{text}</option> }
                             }).collect_view()}
                         </select>
-                        <small class="hint">{move || ui.models.with(|m| m.get(ui.model_idx.get()).map(|m| m.description.clone()))}</small>
+                        <small class="hint">{move || ui.models.with(|m| m.get(ui.model_idx.get()).map(|m| format!("{} ({})", m.description, mb(m.size as f64))))}</small>
                     </label>
                     <Show when=move || ui.loading.get()>
                         <div class="progress" role="status">
@@ -425,7 +477,7 @@ pub fn App() -> impl IntoView {
                                 .collect_view()}
                         </fieldset>
                     </div>
-                    <div id="output" class="output"
+                    <div id="output" class="output" node_ref=out_ref
                         class:color-energy=move || ui.color.get() == ColorMode::Energy
                         class:color-steps=move || ui.color.get() == ColorMode::Steps
                         style=move || { let (lo, hi) = ui.e_range.get(); format!("--emin:{};--erange:{}", if lo.is_finite() { lo } else { 0.0 }, (hi - lo).max(1e-3)) }>

@@ -45,7 +45,17 @@ const PAD: (f32, f32, f32, f32) = (48.0, 12.0, 14.0, 28.0); // left, right, top,
 pub fn EnergyChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -> impl IntoView {
     move || {
         let Some(tok) = token.get() else {
-            return view! { <p class="placeholder">"Generate to see each character settle."</p> }.into_any();
+            // The hidden sample makes the browser resolve the charts' fonts now,
+            // not in the middle of the first generated character (~200 ms there).
+            return view! {
+                <p class="placeholder">"Generate to see each character settle."
+                    <span class="font-warmup" aria-hidden="true">
+                        <span class="cand-char">"a␣⏎"</span><span class="cand-p">"1%"</span>
+                        <svg class="chart" viewBox="0 0 10 10"><text class="tick">"0"</text><text class="traj-char">"a"</text></svg>
+                    </span>
+                </p>
+            }
+            .into_any();
         };
         let e = &tok.energies;
         if e.is_empty() {
@@ -186,6 +196,7 @@ pub fn CandidateTable(token: Signal<Option<Arc<Token>>>, step: Signal<usize>, vo
             .collect_view();
         Some(view! {
             <table class="cands">
+                <colgroup><col class="col-t" /><col span="5" /></colgroup>
                 <caption>"Top-5 candidates per step (softmax of the readout of x(t))"</caption>
                 <thead><tr><th scope="col">"t"</th><th scope="col" colspan="5">"most likely next characters"</th></tr></thead>
                 <tbody>{rows}</tbody>

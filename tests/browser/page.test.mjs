@@ -188,3 +188,38 @@ for (const [mode, cfg] of Object.entries(MODES)) {
     });
   });
 }
+
+describe('page (errors and cache)', () => {
+  let browser;
+  before(async () => {
+    browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: MODES['cpu-fallback'].args });
+  });
+  after(async () => { await browser?.close(); });
+
+  for (const [what, reply, message] of [
+    ['cannot be fetched', { status: 404, body: 'missing' }, /could not fetch .*default\.safetensors: HTTP 404/],
+    ['cannot be parsed', { status: 200, body: 'this is not a checkpoint' }, /could not read the checkpoint .*not a safetensors file/],
+  ]) {
+    test(`says so clearly when the checkpoint ${what}`, async () => {
+      const context = await browser.newContext();
+      await context.route('**/models/default.safetensors*', (r) => r.fulfill(reply));
+      const page = await context.newPage();
+      await page.goto(URL);
+      await page.waitForSelector('#error', { timeout: 30_000 });
+      assert.match(await page.textContent('#error'), message);
+      assert.equal(await page.$eval('#app', (e) => e.dataset.state), 'error');
+      await context.close();
+    });
+  }
+
+  test('a reload takes the checkpoint from the Cache API', async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(URL);
+    await page.waitForSelector('#app[data-state="ready"]', { timeout: 90_000 });
+    await page.reload();
+    await page.waitForSelector('#app[data-state="ready"]', { timeout: 90_000 });
+    assert.match(await page.textContent('#status'), /from the browser cache/);
+    await context.close();
+  });
+});

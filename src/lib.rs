@@ -22,6 +22,8 @@ pub mod rng;
 pub mod sample;
 pub mod session;
 pub mod vocab;
+#[cfg(target_arch = "wasm32")]
+pub mod web;
 
 pub use checkpoint::Checkpoint;
 pub use config::{Activation, Arch, EtaKind, ModelConfig, NormKind};

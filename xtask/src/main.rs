@@ -7,9 +7,21 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+mod serve;
+
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
 /// The shipped default checkpoint.
 const DEFAULT_MODEL: &str = "www/models/default.safetensors";
+/// Must equal the `wasm-bindgen` crate version pinned in Cargo.toml.
+const WASM_BINDGEN_VERSION: &str = "0.2.130";
+/// wasm-bindgen's output (git-ignored), loaded by index.html and www/worker.js.
+const PKG_DIR: &str = "www/pkg";
+/// Settings of the browser test's reference generation.
+const TEST_PROMPT: &str = "ROMEO:\n";
+const TEST_LEN: usize = 100;
+const TEST_TEMPERATURE: &str = "0.8";
+const TEST_TOP_K: &str = "20";
+const TEST_SEED: &str = "42";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
@@ -43,10 +55,6 @@ fn ensure_wasm_target() -> Result<()> {
     run(Command::new("rustup").args(["target", "add", WASM_TARGET]))
 }
 
-fn is_root() -> bool {
-    output(Command::new("id").arg("-u")).is_some_and(|o| o.trim() == "0")
-}
-
 /// Mesa's software Vulkan (lavapipe) so the WGSL tests have an adapter on a
 /// machine without a GPU. Installed with apt-get when root; the GPU tests fail
 /// (never skip) when no adapter exists.
@@ -65,6 +73,33 @@ fn ensure_lavapipe() -> Result<()> {
     run(Command::new("apt-get").args(["-o", "DPkg::Lock::Timeout=600", "install", "-y", "-qq", "mesa-vulkan-drivers", "libvulkan1"]).env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
+/// Installs wasm-bindgen-cli at the crate's version when it is missing or differs.
+fn ensure_wasm_bindgen() -> Result<()> {
+    let want = format!("wasm-bindgen {WASM_BINDGEN_VERSION}");
+    let have = output(Command::new("wasm-bindgen").arg("--version")).unwrap_or_default();
+    if have.trim() == want {
+        return Ok(());
+    }
+    say(&format!("installing wasm-bindgen-cli {WASM_BINDGEN_VERSION} (found: {:?}); takes a few minutes", have.trim()));
+    // Not --locked: its lock file wants crates the registry here does not serve.
+    run(Command::new("cargo").args(["install", "wasm-bindgen-cli", "--version", WASM_BINDGEN_VERSION]))
+}
+
+/// Builds the page's wasm (release) and writes the JS glue into www/pkg.
+fn build_web() -> Result<()> {
+    ensure_wasm_target()?;
+    ensure_wasm_bindgen()?;
+    say("building the page and its worker for wasm32 (release)");
+    run(Command::new("cargo").args(["build", "--release", "-p", "nrgpt-web", "--lib", "--target", WASM_TARGET]))?;
+    say(&format!("generating the JS bindings into {PKG_DIR} (wasm-bindgen --target web)"));
+    let wasm = format!("target/{WASM_TARGET}/release/nrgpt_web.wasm");
+    run(Command::new("wasm-bindgen").args(["--target", "web", "--no-typescript", "--out-dir", PKG_DIR, &wasm]))?;
+    if !root().join(DEFAULT_MODEL).is_file() {
+        eprintln!("    warning: {DEFAULT_MODEL} is missing: the page will say it cannot fetch the model");
+    }
+    Ok(())
+}
+
 fn test() -> Result<()> {
     let t0 = std::time::Instant::now();
     ensure_wasm_target()?;
@@ -73,23 +108,100 @@ fn test() -> Result<()> {
     run(Command::new("cargo").args(["build", "--release", "-p", "nrgpt-web", "--target", WASM_TARGET]))?;
     say("running every test of the workspace (gradient checks, descent, causality, trainer, resume, engine parity on wgpu)");
     run(Command::new("cargo").args(["test", "--workspace", "--", "--test-threads", "1"]))?;
+    browser_test()?;
     say(&format!("all tests passed in {:.0} s", t0.elapsed().as_secs_f64()));
     Ok(())
 }
 
-fn serve() -> Result<()> {
-    // Until the web page lands, the demo is the trainer sampling the shipped model.
-    say(&format!("sampling Shakespeare from the shipped checkpoint {DEFAULT_MODEL}"));
-    run(Command::new("cargo").args([
-        "run", "--release", "-p", "trainer", "--", "sample", "--ckpt", DEFAULT_MODEL, "--len", "500", "--prompt", "ROMEO:\n",
-    ]))
+fn is_root() -> bool {
+    output(Command::new("id").arg("-u")).is_some_and(|s| s.trim() == "0")
+}
+
+/// Debian's chromium (playwright cannot download its own browsers here).
+fn ensure_chromium() -> Result<()> {
+    if Path::new("/usr/bin/chromium").exists() {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!("the browser test needs /usr/bin/chromium: install it with `sudo apt-get install -y chromium`");
+    }
+    say("installing Debian's chromium for the browser test (apt-get)");
+    run(Command::new("apt-get").arg("update"))?;
+    run(Command::new("apt-get").args(["install", "-y", "chromium"]))
+}
+
+/// The page must print exactly what the CPU reference prints for the same settings.
+fn native_reference() -> Result<String> {
+    say("generating the native reference text (trainer sample, same settings as the page)");
+    let prompt = TEST_PROMPT;
+    let len = TEST_LEN.to_string();
+    let mut cmd = Command::new("cargo");
+    cmd.args(["run", "--release", "-q", "-p", "trainer", "--", "sample", "--ckpt", DEFAULT_MODEL, "--prompt", prompt])
+        .args(["--len", &len, "--temperature", TEST_TEMPERATURE, "--top-k", TEST_TOP_K, "--seed", TEST_SEED]);
+    let out = cmd.current_dir(root()).output().context("running trainer sample")?;
+    if !out.status.success() {
+        bail!("trainer sample failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8(out.stdout).context("trainer sample printed non-UTF-8")?;
+    // println! added one newline after prompt + generated text
+    Ok(text.strip_suffix('\n').unwrap_or(&text).to_string())
+}
+
+fn browser_test() -> Result<()> {
+    if !root().join(DEFAULT_MODEL).is_file() {
+        bail!("the browser test needs the default checkpoint {DEFAULT_MODEL}");
+    }
+    build_web()?;
+    ensure_chromium()?;
+    let dir = root().join("tests/browser");
+    say("installing the browser driver (npm: playwright-core)");
+    let npm_cmd = if dir.join("package-lock.json").is_file() { "ci" } else { "install" };
+    run(Command::new("npm").args([npm_cmd, "--no-audit", "--no-fund", "--prefix", "tests/browser"]))?;
+    let expected = native_reference()?;
+    let listener = serve::bind(0)?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    let page_root = root();
+    std::thread::spawn(move || serve::serve(listener, page_root));
+    say(&format!("browser test against {url} (headless chromium, with WebGPU and with the CPU fallback)"));
+    let prompt = TEST_PROMPT;
+    run(Command::new("node")
+        .args(["--test", "--test-reporter=spec", "tests/browser/page.test.mjs"])
+        .env("PAGE_URL", &url)
+        .env("CKPT", root().join(DEFAULT_MODEL))
+        .env("PROMPT", prompt)
+        .env("LEN", TEST_LEN.to_string())
+        .env("TEMPERATURE", TEST_TEMPERATURE)
+        .env("TOP_K", TEST_TOP_K)
+        .env("SEED", TEST_SEED)
+        .env("EXPECTED_TEXT", &expected)
+        .env("OUT_DIR", dir.join("out")))
+}
+
+fn serve(port: u16) -> Result<()> {
+    build_web()?;
+    let listener = serve::bind(port)?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    say(&format!("serving the page on {url} (Ctrl+C to stop)"));
+    println!("{url}");
+    serve::serve(listener, root());
+    Ok(())
 }
 
 fn main() -> Result<()> {
-    let task = std::env::args().nth(1).unwrap_or_default();
-    match task.as_str() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let task = args.first().map(String::as_str).unwrap_or_default();
+    match task {
         "test" => test(),
-        "serve" => serve(),
-        _ => bail!("usage: cargo xtask <test|serve>\n  test   install what is missing, then run the whole test suite\n  serve  run the demo with the shipped default checkpoint"),
+        "serve" => {
+            let port = match args.iter().position(|a| a == "--port") {
+                Some(i) => args.get(i + 1).and_then(|p| p.parse().ok()).context("--port needs a number")?,
+                None => 8080,
+            };
+            serve(port)
+        }
+        "test-browser" => browser_test(),
+        _ => bail!(
+            "usage: cargo xtask <test|serve|test-browser>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser test (builds the page, drives headless chromium)"
+        ),
     }
 }

@@ -1,0 +1,530 @@
+//! The page: controls, the streamed text and the inspector of one
+//! character's descent. All inference happens in the worker (client.rs);
+//! this thread only renders, so typing and scrolling stay smooth.
+
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leptos::ev::{KeyboardEvent, SubmitEvent};
+use leptos::prelude::*;
+
+use super::chart::{show_char, CandidateTable, EnergyChart, TrajectoryChart};
+use super::client::Client;
+use super::gpu::{probe, GpuProbe};
+use super::manifest::{self, ModelEntry};
+use super::protocol::{FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
+
+thread_local! {
+    static CLIENT: RefCell<Option<Client>> = const { RefCell::new(None) };
+    static REPLAY: Cell<Option<IntervalHandle>> = const { Cell::new(None) };
+    /// Characters received but not yet rendered (see `Ui::flush`).
+    static PENDING: RefCell<Vec<Arc<Token>>> = const { RefCell::new(Vec::new()) };
+    /// When the inspector last followed the newest character (ms).
+    static LAST_LIVE: Cell<f64> = const { Cell::new(0.0) };
+}
+
+fn send(msg: ToWorker) {
+    CLIENT.with(|c| {
+        if let Some(c) = c.borrow().as_ref() {
+            c.send(msg)
+        }
+    });
+}
+
+fn now_ms() -> f64 {
+    web_sys::window().and_then(|w| w.performance()).map(|p| p.now()).unwrap_or_else(js_sys::Date::now)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ColorMode {
+    Plain,
+    Energy,
+    Steps,
+}
+
+/// Everything the page shows, as signals (all `Copy`, so closures share them).
+#[derive(Clone, Copy)]
+struct Ui {
+    models: RwSignal<Vec<ModelEntry>>,
+    model_idx: RwSignal<usize>,
+    info: RwSignal<Option<ModelInfo>>,
+    loading: RwSignal<bool>,
+    progress: RwSignal<(f64, f64)>,
+    running: RwSignal<bool>,
+    error: RwSignal<Option<String>>,
+    status: RwSignal<String>,
+    cps: RwSignal<f64>,
+    prompt: RwSignal<String>,
+    len: RwSignal<String>,
+    temperature: RwSignal<String>,
+    top_k: RwSignal<String>,
+    seed: RwSignal<String>,
+    steps: RwSignal<String>,
+    run: RwSignal<u32>,
+    run_prompt: RwSignal<String>,
+    t_start: RwSignal<f64>,
+    tokens: RwSignal<Vec<Arc<Token>>>,
+    /// The newest character as the inspector shows it (throttled).
+    live: RwSignal<Option<Arc<Token>>>,
+    /// Final energies' range over this run, for the colour map.
+    e_range: RwSignal<(f32, f32)>,
+    /// None: follow the newest character.
+    selected: RwSignal<Option<usize>>,
+    step: RwSignal<usize>,
+    color: RwSignal<ColorMode>,
+    gpu: RwSignal<GpuProbe>,
+}
+
+impl Ui {
+    fn new() -> Self {
+        Self {
+            models: RwSignal::new(Vec::new()),
+            model_idx: RwSignal::new(0),
+            info: RwSignal::new(None),
+            loading: RwSignal::new(true),
+            progress: RwSignal::new((0.0, 0.0)),
+            running: RwSignal::new(false),
+            error: RwSignal::new(None),
+            status: RwSignal::new("Starting the inference worker…".into()),
+            cps: RwSignal::new(0.0),
+            prompt: RwSignal::new("ROMEO:\n".into()),
+            len: RwSignal::new("300".into()),
+            temperature: RwSignal::new("0.8".into()),
+            top_k: RwSignal::new("0".into()),
+            seed: RwSignal::new("1337".into()),
+            steps: RwSignal::new(String::new()),
+            run: RwSignal::new(0),
+            run_prompt: RwSignal::new(String::new()),
+            t_start: RwSignal::new(0.0),
+            tokens: RwSignal::new(Vec::new()),
+            live: RwSignal::new(None),
+            e_range: RwSignal::new((f32::INFINITY, f32::NEG_INFINITY)),
+            selected: RwSignal::new(None),
+            step: RwSignal::new(0),
+            color: RwSignal::new(ColorMode::Plain),
+            gpu: RwSignal::new(GpuProbe::Checking),
+        }
+    }
+
+    fn on_reply(self, msg: FromWorker) {
+        match msg {
+            FromWorker::Ready => self.status.set("Worker ready.".into()),
+            FromWorker::Progress { loaded, total } => self.progress.set((loaded, total)),
+            FromWorker::Loaded(info) => {
+                self.loading.set(false);
+                self.steps.set(info.steps.to_string());
+                self.status.set(format!(
+                    "Loaded {} ({} parameters, T = {}){}.",
+                    info.arch,
+                    info.params,
+                    info.steps,
+                    if info.from_cache { ", from the browser cache" } else { "" }
+                ));
+                self.info.set(Some(info));
+            }
+            FromWorker::Token(tok) if tok.run == self.run.get_untracked() => {
+                // Characters can arrive faster than frames: render them once per frame.
+                let first = PENDING.with(|p| {
+                    let mut p = p.borrow_mut();
+                    p.push(Arc::new(tok));
+                    p.len() == 1
+                });
+                if first {
+                    request_animation_frame(move || self.flush(false));
+                }
+            }
+            FromWorker::Token(_) => {} // from a run that was replaced
+            FromWorker::Done { run, chars, ms, stopped } if run == self.run.get_untracked() => {
+                self.flush(true);
+                self.running.set(false);
+                let secs = (now_ms() - self.t_start.get_untracked()) / 1000.0;
+                self.status.set(format!(
+                    "{} {chars} characters in {secs:.1} s ({:.1} chars/s; worker {:.1} s).",
+                    if stopped { "Stopped after" } else { "Generated" },
+                    chars as f64 / secs.max(1e-9),
+                    ms / 1000.0
+                ));
+            }
+            FromWorker::Done { .. } => {}
+            FromWorker::Error { run, message } => {
+                if run == 0 {
+                    self.loading.set(false);
+                }
+                if run == 0 || run == self.run.get_untracked() {
+                    self.running.set(false);
+                    self.error.set(Some(message));
+                }
+            }
+        }
+    }
+
+    /// Appends the characters received since the last frame. The inspector
+    /// follows the newest one at most ~8 times a second (redrawing its charts
+    /// for every character would only cost the main thread time).
+    fn flush(self, last: bool) {
+        let new = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        if new.is_empty() && !last {
+            return;
+        }
+        self.e_range.update(|(lo, hi)| {
+            for t in &new {
+                let e = t.energies.last().copied().unwrap_or(0.0);
+                *lo = lo.min(e);
+                *hi = hi.max(e);
+            }
+        });
+        self.tokens.update(|v| v.extend(new));
+        let now = now_ms();
+        let n = self.tokens.with_untracked(|v| v.len());
+        let secs = (now - self.t_start.get_untracked()) / 1000.0;
+        if secs > 0.0 {
+            self.cps.set(n as f64 / secs);
+        }
+        if last || now - LAST_LIVE.with(|l| l.get()) >= 120.0 {
+            LAST_LIVE.with(|l| l.set(now));
+            let newest = self.tokens.with_untracked(|v| v.last().cloned());
+            if self.selected.get_untracked().is_none() {
+                if let Some(t) = &newest {
+                    self.step.set(t.steps_used);
+                }
+            }
+            self.live.set(newest);
+        }
+    }
+
+    fn load_model(self, idx: usize) {
+        let Some(entry) = self.models.with_untracked(|m| m.get(idx).cloned()) else { return };
+        self.model_idx.set(idx);
+        self.info.set(None);
+        self.loading.set(true);
+        self.error.set(None);
+        self.progress.set((0.0, entry.size as f64));
+        self.status.set(format!("Loading {}…", entry.name));
+        send(ToWorker::Load { url: manifest::model_url(&entry) });
+    }
+
+    /// The first character of the prompt the model cannot read, if any.
+    fn prompt_problem(self) -> Option<String> {
+        let info = self.info.get()?;
+        let prompt = self.prompt.get();
+        if prompt.is_empty() {
+            return Some("Type a prompt (at least one character).".into());
+        }
+        prompt
+            .chars()
+            .find(|&c| !info.vocab.contains(c))
+            .map(|c| format!("The character {c:?} is not in this model's vocabulary (it knows {} characters).", info.vocab.chars().count()))
+    }
+
+    fn generate(self) {
+        if self.running.get_untracked() || self.info.get_untracked().is_none() {
+            return;
+        }
+        if let Some(p) = self.prompt_problem() {
+            return self.error.set(Some(p));
+        }
+        let parse = |s: RwSignal<String>, what: &str| -> Result<f64, String> {
+            s.get_untracked().trim().parse::<f64>().map_err(|_| format!("{what} must be a number"))
+        };
+        let req = (|| -> Result<GenerateRequest, String> {
+            let len = parse(self.len, "Length")?;
+            let temperature = parse(self.temperature, "Temperature")?;
+            let top_k = parse(self.top_k, "Top-k")?;
+            let seed = parse(self.seed, "Seed")?;
+            let steps = parse(self.steps, "Recursion steps")?;
+            if !(1.0..=100_000.0).contains(&len) || !(temperature >= 0.0) || top_k < 0.0 || seed < 0.0 || !(1.0..=64.0).contains(&steps) {
+                return Err("Length 1–100000, temperature ≥ 0, top-k ≥ 0, seed ≥ 0, steps 1–64.".into());
+            }
+            Ok(GenerateRequest {
+                run: self.run.get_untracked() + 1,
+                prompt: self.prompt.get_untracked(),
+                len: len as usize,
+                temperature: temperature as f32,
+                top_k: top_k as usize,
+                seed: seed as u64,
+                steps: Some(steps as usize),
+            })
+        })();
+        let req = match req {
+            Ok(r) => r,
+            Err(e) => return self.error.set(Some(e)),
+        };
+        stop_replay();
+        self.run.set(req.run);
+        self.run_prompt.set(req.prompt.clone());
+        PENDING.with(|p| p.borrow_mut().clear());
+        self.tokens.set(Vec::new());
+        self.live.set(None);
+        self.e_range.set((f32::INFINITY, f32::NEG_INFINITY));
+        self.selected.set(None);
+        self.error.set(None);
+        self.cps.set(0.0);
+        self.running.set(true);
+        self.status.set("Generating…".into());
+        self.t_start.set(now_ms());
+        send(ToWorker::Generate(req));
+    }
+
+    /// Shows character `i` and replays its descent one step at a time.
+    fn replay(self, i: usize) {
+        let Some(n) = self.tokens.with_untracked(|v| v.get(i).map(|t| t.steps_used)) else { return };
+        stop_replay();
+        self.selected.set(Some(i));
+        self.step.set(0);
+        let step = self.step;
+        let handle = set_interval_with_handle(
+            move || {
+                let s = step.get_untracked();
+                if s >= n {
+                    stop_replay();
+                } else {
+                    step.set(s + 1);
+                }
+            },
+            Duration::from_millis(350),
+        );
+        REPLAY.with(|r| r.set(handle.ok()));
+    }
+}
+
+fn stop_replay() {
+    REPLAY.with(|r| {
+        if let Some(h) = r.take() {
+            h.clear()
+        }
+    });
+}
+
+fn token_key(t: &Arc<Token>) -> (u32, usize) {
+    (t.run, t.index)
+}
+
+fn mb(bytes: f64) -> String {
+    format!("{:.1} MB", bytes / 1e6)
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    let ui = Ui::new();
+    match Client::start(move |m| ui.on_reply(m)) {
+        Ok(c) => CLIENT.with(|cl| *cl.borrow_mut() = Some(c)),
+        Err(e) => ui.error.set(Some(e)),
+    }
+    leptos::task::spawn_local(async move { ui.gpu.set(probe().await) });
+    leptos::task::spawn_local(async move {
+        match manifest::load().await {
+            Ok(models) => {
+                ui.models.set(models);
+                ui.load_model(0);
+            }
+            Err(e) => {
+                ui.loading.set(false);
+                ui.error.set(Some(e));
+            }
+        }
+    });
+
+    let current = Signal::derive(move || match ui.selected.get() {
+        Some(i) => ui.tokens.with(|v| v.get(i).cloned()),
+        None => ui.live.get(),
+    });
+    let step = Signal::derive(move || ui.step.get());
+    // Where the last 40 characters settled: the basins the states fall into.
+    let landscape = Signal::derive(move || {
+        ui.tokens.with(|v| v.iter().rev().take(40).filter_map(|t| t.proj.last().copied()).collect::<Vec<_>>())
+    });
+    let vocab = Signal::derive(move || ui.info.with(|i| i.as_ref().map(|i| i.vocab.chars().collect()).unwrap_or_default()));
+    let state = move || {
+        if ui.running.get() {
+            "generating"
+        } else if ui.loading.get() {
+            "loading"
+        } else if ui.info.with(|i| i.is_some()) {
+            "ready"
+        } else {
+            "error"
+        }
+    };
+    let can_generate = move || !ui.running.get() && ui.info.with(|i| i.is_some());
+    let backend = move || ui.info.with(|i| i.as_ref().map(|i| i.backend.clone()).unwrap_or_else(|| "CPU (wasm)".into()));
+    let num_input = move |id: &'static str, label: &'static str, sig: RwSignal<String>, step: &'static str, min: &'static str| {
+        view! {
+            <label class="field" for=id>
+                <span>{label}</span>
+                <input id=id name=id type="number" inputmode="decimal" step=step min=min
+                    prop:value=move || sig.get() on:input=move |ev| sig.set(event_target_value(&ev)) />
+            </label>
+        }
+    };
+
+    // Keep the newest text in view while streaming, unless the reader scrolled up.
+    let out_ref = NodeRef::<leptos::html::Div>::new();
+    Effect::new(move |_| {
+        ui.tokens.track();
+        request_animation_frame(move || {
+            if let Some(el) = out_ref.get_untracked() {
+                if el.scroll_height() - el.scroll_top() - el.client_height() < 80 {
+                    el.set_scroll_top(el.scroll_height());
+                }
+            }
+        });
+    });
+
+    let render_char = move |t: Arc<Token>| {
+        let i = t.index;
+        let e = t.energies.last().copied().unwrap_or(0.0);
+        let s = t.steps_used as f32 / (t.energies.len().max(2) - 1) as f32;
+        let title = format!("{} · E = {e:.2} · p = {:.2} · {} steps", show_char(t.ch), t.prob, t.steps_used);
+        view! {
+            <span class="ch" role="button" data-i=i title=title style=format!("--e:{e:.4};--s:{s:.3}")
+                class:sel=move || ui.selected.get() == Some(i)
+                on:click=move |_| ui.replay(i)>{t.ch.to_string()}</span>
+        }
+    };
+
+    view! {
+        <main id="app" data-state=state>
+            <header class="top">
+                <h1>"NRGPT: watch a language model think"</h1>
+                <p class="tagline">
+                    "Each character is chosen by a state that descends an energy landscape for T steps. "
+                    "Below: the text as it streams, and for each character its energy E(t), its path into the basin and the candidates at every step."
+                </p>
+                <p class="backend" data-webgpu=move || ui.gpu.with(|g| g.code())>
+                    "Backend: " <strong id="backend-name">{backend}</strong>
+                    " — the GPU engine is not in this build yet, so the CPU path runs in a Web Worker. "
+                    <span class="gpu-probe">{move || ui.gpu.with(|g| g.describe())}</span>
+                </p>
+            </header>
+            <div class="layout">
+                <form class="controls panel" on:submit=move |ev: SubmitEvent| {
+                    ev.prevent_default();
+                    ui.generate();
+                }>
+                    <label class="field wide" for="model">
+                        <span>"Model"</span>
+                        <select id="model" name="model" prop:disabled=move || ui.running.get()
+                            on:change=move |ev| {
+                                if let Ok(i) = event_target_value(&ev).parse() {
+                                    ui.load_model(i)
+                                }
+                            }>
+                            {move || ui.models.get().into_iter().enumerate().map(|(i, m)| {
+                                let text = format!("{} ({}, {:.0}k params)", m.name, m.arch, m.params as f64 / 1e3);
+                                view! { <option value=i selected=move || ui.model_idx.get() == i>{text}</option> }
+                            }).collect_view()}
+                        </select>
+                        <small class="hint">{move || ui.models.with(|m| m.get(ui.model_idx.get()).map(|m| format!("{} ({})", m.description, mb(m.size as f64))))}</small>
+                    </label>
+                    <Show when=move || ui.loading.get()>
+                        <div class="progress" role="status">
+                            <progress id="download" max=move || ui.progress.get().1.max(1.0) value=move || ui.progress.get().0></progress>
+                            <span>{move || { let (a, b) = ui.progress.get(); format!("Downloading {} of {}", mb(a), mb(b)) }}</span>
+                        </div>
+                    </Show>
+                    <label class="field wide" for="prompt">
+                        <span>"Prompt " <small>"(Ctrl+Enter to generate)"</small></span>
+                        <textarea id="prompt" name="prompt" rows="3" spellcheck="false"
+                            prop:value=move || ui.prompt.get()
+                            on:input=move |ev| ui.prompt.set(event_target_value(&ev))
+                            on:keydown=move |ev: KeyboardEvent| {
+                                if ev.key() == "Enter" && (ev.ctrl_key() || ev.meta_key()) {
+                                    ev.prevent_default();
+                                    ui.generate();
+                                }
+                            }></textarea>
+                        <small class="hint bad" role="alert">{move || ui.prompt_problem()}</small>
+                    </label>
+                    <div class="grid">
+                        {num_input("len", "Length", ui.len, "1", "1")}
+                        {num_input("temperature", "Temperature", ui.temperature, "0.05", "0")}
+                        {num_input("top-k", "Top-k (0 = all)", ui.top_k, "1", "0")}
+                        {num_input("seed", "Seed", ui.seed, "1", "0")}
+                        {num_input("steps", "Recursion steps T", ui.steps, "1", "1")}
+                        <label class="field" for="tol">
+                            <span>"Early-exit tolerance"</span>
+                            <input id="tol" name="tol" type="number" value="0" disabled aria-describedby="tol-note" />
+                            <small id="tol-note" class="hint">"GPU engine only"</small>
+                        </label>
+                    </div>
+                    <div class="buttons">
+                        <button id="generate" type="submit" class="primary" prop:disabled=move || !can_generate()>"Generate"</button>
+                        <button id="stop" type="button" prop:disabled=move || !ui.running.get()
+                            on:click=move |_| send(ToWorker::Stop)>"Stop"</button>
+                    </div>
+                    <p id="status" class="status" aria-live="polite" data-cps=move || format!("{:.2}", ui.cps.get())>
+                        {move || ui.status.get()}
+                        {move || ui.running.get().then(|| format!(" {} chars, {:.1} chars/s", ui.tokens.with(|v| v.len()), ui.cps.get()))}
+                    </p>
+                    {move || ui.error.get().map(|e| view! { <p id="error" class="error" role="alert">{e}</p> })}
+                </form>
+
+                <section class="panel text-panel" aria-labelledby="out-h">
+                    <div class="panel-head">
+                        <h2 id="out-h">"Text"</h2>
+                        <fieldset class="color-mode">
+                            <legend>"Colour by"</legend>
+                            {[(ColorMode::Plain, "none", "plain"), (ColorMode::Energy, "final energy", "energy"), (ColorMode::Steps, "steps used", "steps")]
+                                .into_iter()
+                                .map(|(mode, label, id)| view! {
+                                    <label>
+                                        <input type="radio" name="color" id=format!("color-{id}") prop:checked=move || ui.color.get() == mode
+                                            on:change=move |_| ui.color.set(mode) />
+                                        {label}
+                                    </label>
+                                })
+                                .collect_view()}
+                        </fieldset>
+                    </div>
+                    <div id="output" class="output" node_ref=out_ref
+                        class:color-energy=move || ui.color.get() == ColorMode::Energy
+                        class:color-steps=move || ui.color.get() == ColorMode::Steps
+                        style=move || { let (lo, hi) = ui.e_range.get(); format!("--emin:{};--erange:{}", if lo.is_finite() { lo } else { 0.0 }, (hi - lo).max(1e-3)) }>
+                        <span class="prompt-text">{move || ui.run_prompt.get()}</span>
+                        <For each=move || ui.tokens.get() key=token_key children=render_char />
+                        <span class="caret" class:on=move || ui.running.get() aria-hidden="true"></span>
+                    </div>
+                    <p class="legend">
+                        {move || match ui.color.get() {
+                            ColorMode::Plain => "Click a character to replay how it settled.",
+                            ColorMode::Energy => "Green: low final energy (a deep basin); red: high. Click a character to replay it.",
+                            ColorMode::Steps => "Green: few descent steps used; red: all of them (early exit needs the GPU engine).",
+                        }}
+                    </p>
+                </section>
+
+                <section class="panel inspector" aria-labelledby="insp-h">
+                    <div class="panel-head">
+                        <h2 id="insp-h">{move || match (current.get(), ui.selected.get()) {
+                            (Some(t), Some(_)) => format!("Character #{}: “{}” (replay)", t.index, show_char(t.ch)),
+                            (Some(t), None) => format!("Character #{}: “{}” (newest)", t.index, show_char(t.ch)),
+                            _ => "The descent".to_string(),
+                        }}</h2>
+                        <div class="nav">
+                            <button type="button" aria-label="previous character" prop:disabled=move || current.with(|c| c.as_ref().is_none_or(|t| t.index == 0))
+                                on:click=move |_| if let Some(t) = current.get_untracked() { ui.replay(t.index.saturating_sub(1)) }>"◀"</button>
+                            <button type="button" id="replay" prop:disabled=move || current.with(|c| c.is_none())
+                                on:click=move |_| if let Some(t) = current.get_untracked() { ui.replay(t.index) }>"Replay"</button>
+                            <button type="button" aria-label="next character" prop:disabled=move || current.with(|c| c.as_ref().is_none_or(|t| t.index + 1 >= ui.tokens.with(|v| v.len())))
+                                on:click=move |_| if let Some(t) = current.get_untracked() { ui.replay(t.index + 1) }>"▶"</button>
+                            <button type="button" id="follow" prop:disabled=move || ui.selected.get().is_none()
+                                on:click=move |_| { stop_replay(); ui.selected.set(None); ui.step.set(usize::MAX); }>"Newest"</button>
+                        </div>
+                    </div>
+                    <div class="figs">
+                        <figure>
+                            <EnergyChart token=current step=step />
+                            <figcaption>"Energy E(t) of the state that chose this character, per descent step."</figcaption>
+                        </figure>
+                        <figure>
+                            <TrajectoryChart token=current step=step landscape=landscape />
+                            <figcaption>"Its path on the readout's main plane (hollow: start). Grey: where recent characters settled."</figcaption>
+                        </figure>
+                    </div>
+                    <CandidateTable token=current step=step vocab=vocab />
+                </section>
+            </div>
+        </main>
+    }
+}

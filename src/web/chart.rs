@@ -1,0 +1,206 @@
+//! The pictures of one character's descent: its energy curve E(t), its 2-D
+//! trajectory into the basin, and the top-5 candidates at every step. Pure
+//! views of a `Token` and the step being shown (replay animates that step).
+
+use std::sync::Arc;
+
+use leptos::prelude::*;
+
+use super::protocol::Token;
+
+/// Visible form of a character (space and newline would be invisible).
+pub fn show_char(c: char) -> String {
+    match c {
+        ' ' => "␣".into(),
+        '\n' => "⏎".into(),
+        '\t' => "⇥".into(),
+        c => c.to_string(),
+    }
+}
+
+pub fn softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
+    let z: f32 = e.iter().sum();
+    e.into_iter().map(|x| x / z).collect()
+}
+
+/// The k most likely characters (index, probability), best first.
+pub fn top_k(probs: &[f32], k: usize) -> Vec<(usize, f32)> {
+    let mut idx: Vec<usize> = (0..probs.len()).collect();
+    idx.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+    idx.into_iter().take(k).map(|i| (i, probs[i])).collect()
+}
+
+fn fmt(x: f32) -> String {
+    if x.abs() >= 100.0 { format!("{x:.0}") } else { format!("{x:.2}") }
+}
+
+const EW: f32 = 320.0;
+const EH: f32 = 170.0;
+const PAD: (f32, f32, f32, f32) = (48.0, 12.0, 14.0, 28.0); // left, right, top, bottom
+
+/// E(t) against the descent step t, one point per step (class `e-point`).
+#[component]
+pub fn EnergyChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -> impl IntoView {
+    move || {
+        let Some(tok) = token.get() else {
+            // The hidden sample makes the browser resolve the charts' fonts now,
+            // not in the middle of the first generated character (~200 ms there).
+            return view! {
+                <p class="placeholder">"Generate to see each character settle."
+                    <span class="font-warmup" aria-hidden="true">
+                        <span class="cand-char">"a␣⏎"</span><span class="cand-p">"1%"</span>
+                        <svg class="chart" viewBox="0 0 10 10"><text class="tick">"0"</text><text class="traj-char">"a"</text></svg>
+                    </span>
+                </p>
+            }
+            .into_any();
+        };
+        let e = &tok.energies;
+        if e.is_empty() {
+            return view! { <p class="placeholder">"This architecture has no energy: only the candidates change per step."</p> }.into_any();
+        }
+        let shown = step.get().min(e.len() - 1);
+        let (lo, hi) = e.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+        let span = if hi - lo < 1e-6 { 1.0 } else { hi - lo };
+        let (pl, pr, pt, pb) = PAD;
+        let n = e.len();
+        let x = |t: usize| pl + if n > 1 { t as f32 / (n - 1) as f32 } else { 0.5 } * (EW - pl - pr);
+        let y = |v: f32| pt + (hi - v) / span * (EH - pt - pb);
+        let path = |from: usize, to: usize| {
+            (from..=to).map(|t| format!("{}{:.1},{:.1}", if t == from { "M" } else { "L" }, x(t), y(e[t]))).collect::<String>()
+        };
+        let done = path(0, shown);
+        let rest = if shown + 1 < n { path(shown, n - 1) } else { String::new() };
+        let points = (0..n)
+            .map(|t| {
+                let label = format!("t = {t}: E = {}", fmt(e[t]));
+                view! {
+                    <circle class="e-point" class:future={t > shown} class:current={t == shown}
+                        data-step=t cx=format!("{:.1}", x(t)) cy=format!("{:.1}", y(e[t])) r="4.5">
+                        <title>{label}</title>
+                    </circle>
+                }
+            })
+            .collect_view();
+        let ticks = (0..n)
+            .map(|t| view! { <text class="tick" x=format!("{:.1}", x(t)) y=EH - 10.0 text-anchor="middle">{t}</text> })
+            .collect_view();
+        let label = format!("energy E(t) of {:?}, step {shown} of {}", tok.ch, n - 1);
+        view! {
+            <svg class="chart energy" viewBox=format!("0 0 {EW} {EH}") role="img" aria-label=label>
+                <line class="axis" x1=pl y1=pt x2=pl y2=EH - pb />
+                <line class="axis" x1=pl y1=EH - pb x2=EW - pr y2=EH - pb />
+                <text class="tick" x=pl - 6.0 y=pt + 4.0 text-anchor="end">{fmt(hi)}</text>
+                <text class="tick" x=pl - 6.0 y=EH - pb text-anchor="end">{fmt(lo)}</text>
+                <text class="axis-label" x=EW - pr y=EH - 1.0 text-anchor="end">"step t"</text>
+                {ticks}
+                <path class="e-line future" d=rest />
+                <path class="e-line" d=done />
+                {points}
+            </svg>
+        }
+        .into_any()
+    }
+}
+
+const TW: f32 = 220.0;
+
+/// x_A(t) on the checkpoint's fixed plane: where the state starts and the
+/// basin it settles in; faint dots are where recent characters ended.
+#[component]
+pub fn TrajectoryChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>, landscape: Signal<Vec<[f32; 2]>>) -> impl IntoView {
+    move || {
+        let tok = token.get()?;
+        let p = &tok.proj;
+        if p.is_empty() {
+            return None;
+        }
+        let shown = step.get().min(p.len() - 1);
+        let land = landscape.get();
+        let all = p.iter().chain(land.iter());
+        let (mut x0, mut x1, mut y0, mut y1) = (f32::INFINITY, f32::NEG_INFINITY, f32::INFINITY, f32::NEG_INFINITY);
+        for q in all {
+            x0 = x0.min(q[0]);
+            x1 = x1.max(q[0]);
+            y0 = y0.min(q[1]);
+            y1 = y1.max(q[1]);
+        }
+        // One scale for both axes: distances in the plane stay true.
+        let side = (x1 - x0).max(y1 - y0).max(1e-6);
+        let (cx, cy, m) = ((x0 + x1) / 2.0, (y0 + y1) / 2.0, 16.0);
+        let sx = |v: f32| TW / 2.0 + (v - cx) / side * (TW - 2.0 * m);
+        let sy = |v: f32| TW / 2.0 - (v - cy) / side * (TW - 2.0 * m);
+        let dots = land
+            .iter()
+            .map(|q| view! { <circle class="basin-dot" cx=format!("{:.1}", sx(q[0])) cy=format!("{:.1}", sy(q[1])) r="2.5" /> })
+            .collect_view();
+        let line = |to: usize| (0..=to).map(|t| format!("{:.1},{:.1} ", sx(p[t][0]), sy(p[t][1]))).collect::<String>();
+        let points = (0..p.len())
+            .map(|t| {
+                view! {
+                    <circle class="traj-point" class:future={t > shown} class:current={t == shown} class:start={t == 0}
+                        data-step=t cx=format!("{:.1}", sx(p[t][0])) cy=format!("{:.1}", sy(p[t][1]))
+                        r=if t == shown { "6" } else { "4" }>
+                        <title>{format!("t = {t}")}</title>
+                    </circle>
+                }
+            })
+            .collect_view();
+        let end = p[shown];
+        let label = format!("trajectory of {:?} on the readout plane", tok.ch);
+        Some(view! {
+            <svg class="chart traj" viewBox=format!("0 0 {TW} {TW}") role="img" aria-label=label>
+                {dots}
+                <polyline class="traj-path future" points=line(p.len() - 1) />
+                <polyline class="traj-path" points=line(shown) />
+                {points}
+                <text class="traj-char" x=format!("{:.1}", sx(end[0]) + 9.0) y=format!("{:.1}", sy(end[1]) - 7.0)>
+                    {show_char(tok.ch)}
+                </text>
+            </svg>
+        })
+    }
+}
+
+/// The five most likely next characters at every step (softmax of the
+/// readout of x_A(t)); the drawn character is marked.
+#[component]
+pub fn CandidateTable(token: Signal<Option<Arc<Token>>>, step: Signal<usize>, vocab: Signal<Vec<char>>) -> impl IntoView {
+    move || {
+        let tok = token.get()?;
+        let shown = step.get();
+        let vocab = vocab.get();
+        let rows = tok
+            .step_logits
+            .iter()
+            .enumerate()
+            .map(|(t, logits)| {
+                let cells = top_k(&softmax(logits), 5)
+                    .into_iter()
+                    .map(|(i, p)| {
+                        let c = vocab.get(i).copied().unwrap_or('?');
+                        let pct = format!("{:.0}%", p * 100.0);
+                        view! {
+                            <td class="cand" class:chosen=c == tok.ch>
+                                <span class="cand-char">{show_char(c)}</span>
+                                <span class="cand-bar" style=format!("width:{:.1}%", p * 100.0)></span>
+                                <span class="cand-p">{pct}</span>
+                            </td>
+                        }
+                    })
+                    .collect_view();
+                view! { <tr class:current={t == shown} class:future={t > shown}><th scope="row">{t}</th>{cells}</tr> }
+            })
+            .collect_view();
+        Some(view! {
+            <table class="cands">
+                <colgroup><col class="col-t" /><col span="5" /></colgroup>
+                <caption>"Top-5 candidates per step (softmax of the readout of x(t))"</caption>
+                <thead><tr><th scope="col">"t"</th><th scope="col" colspan="5">"most likely next characters"</th></tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
+        })
+    }
+}

@@ -1,0 +1,67 @@
+//! What WebGPU this browser offers. The page reports it next to the backend
+//! line; the GPU engine will use the same probe to decide whether to start.
+
+use js_sys::{Function, Promise, Reflect};
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum GpuProbe {
+    Checking,
+    /// `navigator.gpu` is absent (browser without WebGPU, or it is disabled).
+    NoApi,
+    /// The API exists but `requestAdapter()` gave no adapter.
+    NoAdapter(String),
+    /// An adapter, described as "vendor architecture".
+    Adapter(String),
+}
+
+impl GpuProbe {
+    /// Short machine-readable state, exposed as a data attribute for tests.
+    pub fn code(&self) -> &'static str {
+        match self {
+            GpuProbe::Checking => "checking",
+            GpuProbe::NoApi => "no-api",
+            GpuProbe::NoAdapter(_) => "no-adapter",
+            GpuProbe::Adapter(_) => "adapter",
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            GpuProbe::Checking => "checking for WebGPU…".into(),
+            GpuProbe::NoApi => "this browser exposes no navigator.gpu (no WebGPU), so the CPU path is the only one".into(),
+            GpuProbe::NoAdapter(why) => format!("navigator.gpu exists but gave no adapter ({why})"),
+            GpuProbe::Adapter(name) => {
+                format!("WebGPU adapter found ({name}), not used yet: the GPU engine is still being written")
+            }
+        }
+    }
+}
+
+fn get(v: &JsValue, key: &str) -> JsValue {
+    Reflect::get(v, &key.into()).unwrap_or(JsValue::UNDEFINED)
+}
+
+pub async fn probe() -> GpuProbe {
+    let Some(win) = web_sys::window() else { return GpuProbe::NoApi };
+    let gpu = get(&win.navigator(), "gpu");
+    if gpu.is_undefined() || gpu.is_null() {
+        return GpuProbe::NoApi;
+    }
+    let Ok(request) = get(&gpu, "requestAdapter").dyn_into::<Function>() else { return GpuProbe::NoApi };
+    let promise = match request.call0(&gpu) {
+        Ok(p) => p.unchecked_into::<Promise>(),
+        Err(e) => return GpuProbe::NoAdapter(format!("{e:?}")),
+    };
+    match JsFuture::from(promise).await {
+        Ok(a) if !a.is_null() && !a.is_undefined() => {
+            let info = get(&a, "info");
+            let s = |k| get(&info, k).as_string().filter(|s| !s.is_empty());
+            let name = [s("vendor"), s("architecture"), s("description")].into_iter().flatten().collect::<Vec<_>>().join(" ");
+            GpuProbe::Adapter(if name.is_empty() { "no adapter info".into() } else { name })
+        }
+        Ok(_) => GpuProbe::NoAdapter("requestAdapter() returned null".into()),
+        Err(e) => GpuProbe::NoAdapter(format!("{e:?}")),
+    }
+}

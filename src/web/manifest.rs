@@ -1,0 +1,47 @@
+//! www/models/manifest.json: the checkpoints the page offers.
+
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+
+pub const MANIFEST_URL: &str = "www/models/manifest.json";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelEntry {
+    pub name: String,
+    /// Relative to the manifest's folder.
+    pub file: String,
+    pub description: String,
+    pub arch: String,
+    pub params: usize,
+    /// Bytes.
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct Manifest {
+    models: Vec<ModelEntry>,
+}
+
+/// Absolute URL of a manifest entry's file (the worker resolves relative
+/// URLs against its own script, so it gets absolute ones).
+pub fn model_url(entry: &ModelEntry) -> String {
+    let base = web_sys::window().and_then(|w| w.document()).and_then(|d| d.base_uri().ok().flatten()).unwrap_or_default();
+    let rel = format!("{}/{}", MANIFEST_URL.rsplit_once('/').map(|(d, _)| d).unwrap_or("."), entry.file);
+    web_sys::Url::new_with_base(&rel, &base).map(|u| u.href()).unwrap_or(rel)
+}
+
+pub async fn load() -> Result<Vec<ModelEntry>, String> {
+    let win = web_sys::window().ok_or("no window")?;
+    let err = |e: wasm_bindgen::JsValue| format!("could not load the model list {MANIFEST_URL}: {e:?}");
+    let resp: web_sys::Response = JsFuture::from(win.fetch_with_str(MANIFEST_URL)).await.map_err(err)?.unchecked_into();
+    if !resp.ok() {
+        return Err(format!("could not load the model list {MANIFEST_URL}: HTTP {}", resp.status()));
+    }
+    let text = JsFuture::from(resp.text().map_err(err)?).await.map_err(err)?.as_string().unwrap_or_default();
+    let m: Manifest = serde_json::from_str(&text).map_err(|e| format!("{MANIFEST_URL} does not parse: {e}"))?;
+    if m.models.is_empty() {
+        return Err(format!("{MANIFEST_URL} lists no models"));
+    }
+    Ok(m.models)
+}

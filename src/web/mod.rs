@@ -1,0 +1,32 @@
+//! The browser app: a Leptos page (`start_page`) and the inference worker
+//! (`worker_main`) share one wasm module; index.html and www/worker.js pick
+//! the entry point.
+
+pub mod app;
+pub mod chart;
+pub mod client;
+pub mod fetch;
+pub mod gpu;
+pub mod manifest;
+pub mod protocol;
+pub mod worker;
+
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+/// Mounts the page into `#app-root` (or the body).
+#[wasm_bindgen]
+pub fn start_page() {
+    worker::console_panic_hook();
+    let root = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.get_element_by_id("app-root"))
+        .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok());
+    match root {
+        Some(el) => {
+            el.set_inner_html("");
+            leptos::mount::mount_to(el, app::App).forget()
+        }
+        None => leptos::mount::mount_to_body(app::App),
+    }
+}

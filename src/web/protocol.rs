@@ -1,0 +1,98 @@
+//! Messages between the page and the inference worker. Both sides are this
+//! crate, so one serde definition is the whole contract; a GPU engine plugs in
+//! behind the worker without the page noticing (only `Loaded.backend` changes).
+
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::JsValue;
+
+use crate::session::TokenTrace;
+
+/// Page -> worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum ToWorker {
+    /// Fetch (or take from the Cache API) and parse a checkpoint.
+    Load { url: String },
+    Generate(GenerateRequest),
+    /// Stop the running generation after the character in flight.
+    Stop,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GenerateRequest {
+    /// Identifies the run, so late messages of a stopped run are ignored.
+    pub run: u32,
+    pub prompt: String,
+    pub len: usize,
+    pub temperature: f32,
+    /// 0 = no top-k cut.
+    pub top_k: usize,
+    pub seed: u64,
+    /// Recursion steps T; None = the checkpoint's.
+    pub steps: Option<usize>,
+}
+
+/// What the page needs to know about the loaded checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ModelInfo {
+    pub arch: String,
+    pub steps: usize,
+    pub block_size: usize,
+    pub d_model: usize,
+    pub vocab: String,
+    pub params: usize,
+    /// e.g. "CPU (wasm)".
+    pub backend: String,
+    pub from_cache: bool,
+}
+
+/// One generated character and how it settled.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Token {
+    pub run: u32,
+    /// Position in the generated text (0-based).
+    pub index: usize,
+    pub ch: char,
+    /// Probability the sampler gave the character that was drawn.
+    pub prob: f32,
+    pub energies: Vec<f32>,
+    pub step_logits: Vec<Vec<f32>>,
+    pub proj: Vec<[f32; 2]>,
+    pub steps_used: usize,
+    /// Wall time of this character in the worker (ms).
+    pub ms: f64,
+}
+
+impl Token {
+    pub fn new(run: u32, index: usize, ch: char, prob: f32, tr: TokenTrace, ms: f64) -> Self {
+        // `logits` equals the last entry of `step_logits` (same state, same
+        // readout), so it is not sent twice.
+        Self { run, index, ch, prob, energies: tr.energies, step_logits: tr.step_logits, proj: tr.proj, steps_used: tr.steps_used, ms }
+    }
+}
+
+/// Worker -> page.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum FromWorker {
+    /// The worker's wasm is initialised and it listens.
+    Ready,
+    /// Download progress; `total` is 0 when the server sent no length.
+    Progress { loaded: f64, total: f64 },
+    Loaded(ModelInfo),
+    Token(Token),
+    /// The run ended: `stopped` when the user stopped it.
+    Done { run: u32, chars: usize, ms: f64, stopped: bool },
+    /// A run (`run` > 0) or the loading (`run` = 0) failed.
+    Error { run: u32, message: String },
+}
+
+pub fn to_js<T: Serialize>(v: &T) -> JsValue {
+    // Maps as plain objects so the page can read them in devtools too.
+    let ser = serde_wasm_bindgen::Serializer::new().serialize_maps_as_objects(true);
+    v.serialize(&ser).unwrap_or_else(|e| JsValue::from_str(&format!("serialisation failed: {e}")))
+}
+
+pub fn from_js<T: for<'de> Deserialize<'de>>(v: JsValue) -> Result<T, String> {
+    serde_wasm_bindgen::from_value(v).map_err(|e| format!("bad message: {e}"))
+}

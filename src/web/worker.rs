@@ -1,0 +1,221 @@
+//! The inference worker: owns the engine, runs generation off the page's
+//! thread and streams one message per character. Entry point `worker_main`
+//! is called by www/worker.js once the wasm module is initialised.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::{spawn_local, JsFuture};
+use web_sys::{DedicatedWorkerGlobalScope, MessageChannel, MessageEvent};
+
+use super::fetch::fetch_cached;
+use super::protocol::{from_js, to_js, FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
+use crate::rng::Rng64;
+use crate::sample::{draw, filtered_probs, SampleOpts};
+use crate::session::{Session, StepOpts, TokenTrace};
+use crate::{ModelConfig, Vocab};
+
+/// The inference backend. Today only the CPU reference; the WebGPU engine
+/// joins as a second variant with the same calls (its `push` may await).
+pub enum Engine {
+    Cpu(Session),
+}
+
+impl Engine {
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Engine::Cpu(_) => "CPU (wasm)",
+        }
+    }
+    pub fn config(&self) -> &ModelConfig {
+        match self {
+            Engine::Cpu(s) => &s.model.cfg,
+        }
+    }
+    pub fn vocab(&self) -> &Vocab {
+        match self {
+            Engine::Cpu(s) => &s.vocab,
+        }
+    }
+    pub fn reset(&mut self) {
+        match self {
+            Engine::Cpu(s) => s.reset(),
+        }
+    }
+    pub async fn push(&mut self, token: u32, opts: &StepOpts) -> Result<TokenTrace, String> {
+        match self {
+            Engine::Cpu(s) => s.push(token, opts).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// None while a run has it (taken out so no borrow lives across an await).
+    engine: Option<Engine>,
+    running: bool,
+    stop: Cell<bool>,
+}
+
+fn scope() -> DedicatedWorkerGlobalScope {
+    js_sys::global().unchecked_into()
+}
+
+fn post(msg: &FromWorker) {
+    if let Err(e) = scope().post_message(&to_js(msg)) {
+        web_sys::console::error_2(&"worker: postMessage failed".into(), &e);
+    }
+}
+
+fn now_ms() -> f64 {
+    scope().performance().map(|p| p.now()).unwrap_or_else(js_sys::Date::now)
+}
+
+/// Lets the worker's event loop run (so a Stop message is handled) without
+/// the 4 ms clamp that nested setTimeout(0) gets.
+async fn yield_now() {
+    let p = js_sys::Promise::new(&mut |resolve, _| {
+        let Ok(ch) = MessageChannel::new() else {
+            let _ = resolve.call0(&JsValue::NULL);
+            return;
+        };
+        let port = ch.port1();
+        let cb = Closure::once_into_js(move |_: JsValue| {
+            let _ = resolve.call0(&JsValue::NULL);
+        });
+        port.set_onmessage(Some(cb.unchecked_ref()));
+        let _ = ch.port2().post_message(&JsValue::NULL);
+    });
+    let _ = JsFuture::from(p).await;
+}
+
+#[wasm_bindgen]
+pub fn worker_main() {
+    console_panic_hook();
+    let state = Rc::new(RefCell::new(State::default()));
+    let on_msg = Closure::<dyn FnMut(MessageEvent)>::new(move |ev: MessageEvent| {
+        let msg: ToWorker = match from_js(ev.data()) {
+            Ok(m) => m,
+            Err(e) => return post(&FromWorker::Error { run: 0, message: e }),
+        };
+        match msg {
+            ToWorker::Stop => state.borrow().stop.set(true),
+            ToWorker::Load { url } => {
+                if state.borrow().running {
+                    return post(&FromWorker::Error { run: 0, message: "stop the generation before loading another model".into() });
+                }
+                spawn_local(load(state.clone(), url));
+            }
+            ToWorker::Generate(req) => spawn_local(generate(state.clone(), req)),
+        }
+    });
+    scope().set_onmessage(Some(on_msg.as_ref().unchecked_ref()));
+    on_msg.forget(); // lives as long as the worker
+    post(&FromWorker::Ready);
+}
+
+async fn load(state: Rc<RefCell<State>>, url: String) {
+    let fetched = fetch_cached(&url, |loaded, total| post(&FromWorker::Progress { loaded, total })).await;
+    let (bytes, from_cache) = match fetched {
+        Ok(x) => x,
+        Err(message) => return post(&FromWorker::Error { run: 0, message }),
+    };
+    let session = match Session::from_bytes(&bytes) {
+        Ok(s) => s,
+        Err(e) => return post(&FromWorker::Error { run: 0, message: format!("could not read the checkpoint {url}: {e}") }),
+    };
+    let engine = Engine::Cpu(session);
+    let cfg = engine.config();
+    let info = ModelInfo {
+        arch: cfg.arch.name().into(),
+        steps: cfg.steps,
+        block_size: cfg.block_size,
+        d_model: cfg.d_model,
+        vocab: engine.vocab().chars().iter().collect(),
+        params: crate::model::num_params(cfg),
+        backend: engine.backend().into(),
+        from_cache,
+    };
+    state.borrow_mut().engine = Some(engine);
+    post(&FromWorker::Loaded(info));
+}
+
+/// Exactly `sample::generate`'s procedure (same filtering, same draws from the
+/// same `Rng64` stream), so the page reproduces `trainer sample` for a seed.
+async fn generate(state: Rc<RefCell<State>>, req: GenerateRequest) {
+    let run = req.run;
+    let fail = |message: String| post(&FromWorker::Error { run, message });
+    let mut engine = {
+        let mut st = state.borrow_mut();
+        if st.running {
+            return fail("a generation is already running".into());
+        }
+        let Some(e) = st.engine.take() else { return fail("no model is loaded".into()) };
+        st.running = true;
+        st.stop.set(false);
+        e
+    };
+    let t0 = now_ms();
+    let result = run_generation(&state, &mut engine, &req).await;
+    let mut st = state.borrow_mut();
+    st.engine = Some(engine);
+    st.running = false;
+    match result {
+        Ok((chars, stopped)) => post(&FromWorker::Done { run, chars, ms: now_ms() - t0, stopped }),
+        Err(message) => fail(message),
+    }
+}
+
+async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut Engine, req: &GenerateRequest) -> Result<(usize, bool), String> {
+    let stopped = || state.borrow().stop.get();
+    let ids = engine.vocab().encode(&req.prompt).map_err(|e| format!("the prompt has a {e}"))?;
+    if ids.is_empty() {
+        return Err("the prompt is empty: type at least one character".into());
+    }
+    let opts = StepOpts { steps: req.steps };
+    let sopts = SampleOpts {
+        temperature: req.temperature,
+        top_k: (req.top_k > 0).then_some(req.top_k),
+        top_p: None,
+        seed: req.seed,
+    };
+    engine.reset();
+    let mut trace = None;
+    for &id in &ids {
+        if stopped() {
+            return Ok((0, true));
+        }
+        trace = Some(engine.push(id, &opts).await?);
+        yield_now().await;
+    }
+    let mut trace = trace.expect("the prompt is not empty");
+    let mut push_ms = 0.0;
+    let mut rng = Rng64::new(req.seed);
+    for index in 0..req.len {
+        if stopped() {
+            return Ok((index, true));
+        }
+        let probs = filtered_probs(&trace.logits, &sopts);
+        let next = draw(&probs, &mut rng);
+        let ch = engine.vocab().chars()[next];
+        // The trace that chose `ch` is the descent of the previous position.
+        post(&FromWorker::Token(Token::new(req.run, index, ch, probs[next], trace, push_ms)));
+        if index + 1 == req.len {
+            break;
+        }
+        let t0 = now_ms();
+        trace = engine.push(next as u32, &opts).await?;
+        push_ms = now_ms() - t0;
+        yield_now().await;
+    }
+    Ok((req.len, false))
+}
+
+/// Panics show up in the console with their message instead of "unreachable".
+pub fn console_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        web_sys::console::error_1(&format!("nrgpt-web panicked: {info}").into());
+    }));
+}

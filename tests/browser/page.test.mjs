@@ -1,0 +1,225 @@
+// Browser test of the page, run by `cargo xtask test` (which builds and serves
+// the page and passes the settings and the native reference text in the
+// environment). Twice: with WebGPU available, and with navigator.gpu hidden.
+import { describe, before, after, test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const env = (k) => {
+  const v = process.env[k];
+  if (v === undefined) throw new Error(`${k} is not set: run this through \`cargo xtask test\``);
+  return v;
+};
+const URL = env('PAGE_URL');
+const PROMPT = env('PROMPT');
+const LEN = Number(env('LEN'));
+const EXPECTED = env('EXPECTED_TEXT');
+const OUT = env('OUT_DIR');
+// Main-thread budget while generating. The goal is 50 ms (no long task at
+// all); on a 2-core machine shared with training runs, CPU contention alone
+// stretches 10 ms of work past that, so the default only catches real stalls.
+const LONGTASK_LIMIT_MS = Number(process.env.LONGTASK_LIMIT_MS ?? 200);
+fs.mkdirSync(OUT, { recursive: true });
+
+/** Recursion steps T from the checkpoint's safetensors header. */
+function checkpointSteps(file) {
+  const fd = fs.openSync(file, 'r');
+  const len = Buffer.alloc(8);
+  fs.readSync(fd, len, 0, 8, 0);
+  const n = Number(len.readBigUInt64LE());
+  const header = Buffer.alloc(n);
+  fs.readSync(fd, header, 0, n, 8);
+  fs.closeSync(fd);
+  return JSON.parse(JSON.parse(header.toString('utf8')).__metadata__.config).steps;
+}
+const T = checkpointSteps(env('CKPT'));
+
+// Flags seen to work with Debian's chromium here (shared/notes/toolchain.md).
+const BASE_ARGS = ['--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync'];
+
+const MODES = {
+  webgpu: { args: [...BASE_ARGS, '--enable-unsafe-webgpu'], hideGpu: false },
+  'cpu-fallback': { args: [...BASE_ARGS, '--disable-gpu'], hideGpu: true },
+};
+
+const generatedText = (page) => page.$$eval('#output .ch', (els) => els.map((e) => e.textContent).join(''));
+const charCount = (page) => page.$$eval('#output .ch', (els) => els.length);
+
+async function setField(page, id, value) {
+  await page.fill(`#${id}`, String(value));
+}
+
+for (const [mode, cfg] of Object.entries(MODES)) {
+  describe(`page (${mode})`, () => {
+    let browser, context, page;
+    const consoleErrors = [];
+
+    before(async () => {
+      browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: cfg.args });
+      context = await browser.newContext({ viewport: { width: 1366, height: 860 } });
+      if (cfg.hideGpu) {
+        // What a browser without WebGPU looks like to the page.
+        await context.addInitScript(() => { delete Navigator.prototype.gpu; });
+      }
+      await context.addInitScript(() => {
+        window.__longTasks = [];
+        try {
+          new PerformanceObserver((list) => {
+            for (const e of list.getEntries()) window.__longTasks.push({ start: e.startTime, duration: e.duration });
+          }).observe({ type: 'longtask', buffered: true });
+        } catch (e) { window.__longTaskError = String(e); }
+      });
+      page = await context.newPage();
+      page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
+      page.on('pageerror', (e) => consoleErrors.push(String(e)));
+    });
+
+    after(async () => {
+      if (consoleErrors.length) console.log(`[${mode}] console errors:\n  ${consoleErrors.join('\n  ')}`);
+      await browser?.close();
+    });
+
+    test('loads the model and reports the backend', async () => {
+      await page.goto(URL);
+      await page.waitForSelector('#app[data-state="ready"]', { timeout: 90_000 });
+      await page.waitForFunction(() => document.querySelector('.backend')?.dataset.webgpu !== 'checking');
+      const probe = await page.$eval('.backend', (e) => e.dataset.webgpu);
+      const line = await page.textContent('.backend');
+      console.log(`[${mode}] ${line.trim()}`);
+      assert.match(line, /CPU \(wasm\)/);
+      if (cfg.hideGpu) assert.equal(probe, 'no-api');
+      else assert.notEqual(probe, 'no-api', 'chromium with --enable-unsafe-webgpu should expose navigator.gpu');
+      assert.equal(await page.inputValue('#steps'), String(T), 'steps default to the checkpoint T');
+    });
+
+    test('rejects a prompt character outside the vocabulary', async () => {
+      await setField(page, 'prompt', 'Hello — world');
+      const hint = await page.textContent('.hint.bad');
+      assert.match(hint, /not in this model's vocabulary/);
+    });
+
+    test(`generates ${LEN} characters equal to the native reference, with T+1 energy points`, async () => {
+      await setField(page, 'prompt', PROMPT);
+      await setField(page, 'len', LEN);
+      await setField(page, 'temperature', env('TEMPERATURE'));
+      await setField(page, 'top-k', env('TOP_K'));
+      await setField(page, 'seed', env('SEED'));
+      const t0 = await page.evaluate(() => performance.now());
+      // Keyboard path: Ctrl+Enter in the prompt generates.
+      await page.focus('#prompt');
+      await page.keyboard.press('Control+Enter');
+      await page.waitForFunction(() => document.querySelectorAll('#output .ch').length >= 30, null, { timeout: 60_000 });
+      // Taking a screenshot blocks the page's main thread itself: its tasks do not count.
+      const s0 = await page.evaluate(() => performance.now());
+      await page.screenshot({ path: path.join(OUT, `${mode}-laptop.png`) });
+      const s1 = await page.evaluate(() => performance.now());
+      await page.waitForSelector('#app[data-state="ready"]', { timeout: 120_000 });
+      const t1 = await page.evaluate(() => performance.now());
+      const text = await generatedText(page);
+      assert.equal(text.length, LEN);
+      assert.ok(EXPECTED.startsWith(PROMPT), 'the reference starts with the prompt');
+      assert.equal(PROMPT + text, EXPECTED, 'page output equals `trainer sample` for the same settings');
+      const prompt = await page.textContent('#output .prompt-text');
+      assert.equal(prompt, PROMPT);
+
+      const points = await page.$$eval('svg.energy .e-point', (els) => els.map((e) => Number(e.dataset.step)));
+      assert.deepEqual(points, [...Array(T + 1).keys()], `one energy point per step t = 0..${T}`);
+      const trajPoints = await page.$$eval('svg.traj .traj-point', (els) => els.length);
+      assert.equal(trajPoints, T + 1);
+      const rows = await page.$$eval('table.cands tbody tr', (els) => els.map((r) => r.querySelectorAll('td').length));
+      assert.deepEqual(rows, Array(T + 1).fill(5), 'top-5 candidates per step');
+
+      const status = await page.textContent('#status');
+      const all = await page.evaluate((t0) => window.__longTasks.filter((e) => e.start >= t0), t0);
+      const longTasks = all.filter((e) => e.start + e.duration < s0 || e.start > s1);
+      console.log(`[${mode}] long tasks (start ms after Generate, duration; screenshot ${(s0 - t0).toFixed(0)}..${(s1 - t0).toFixed(0)}): ` +
+        all.map((e) => `${(e.start - t0).toFixed(0)}:${e.duration.toFixed(0)}`).join(' '));
+      const maxLong = Math.max(0, ...longTasks.map((e) => e.duration));
+      console.log(`[${mode}] ${status.trim()}`);
+      console.log(`[${mode}] page-side: ${LEN} chars in ${((t1 - t0) / 1000).toFixed(2)} s; long tasks while generating: ${longTasks.length}, max ${maxLong.toFixed(0)} ms`);
+      // The first run after loading pays one-time costs (lazy wasm compilation
+      // of the render code, first layout of the charts); it is reported, and
+      // the limit is asserted on the warmed run of the Stop test below.
+      if (maxLong > 50) console.log(`[${mode}] NOTE: first run: a main-thread task exceeded 50 ms (${maxLong.toFixed(0)} ms)`);
+    });
+
+    test('replays a character and colours the text', async () => {
+      await page.click('#output .ch[data-i="3"]');
+      await page.waitForSelector('#output .ch[data-i="3"].sel');
+      const heading = await page.textContent('#insp-h');
+      assert.match(heading, /#3/);
+      // The replay walks the steps; by the end every point is current or done.
+      await page.waitForFunction((T) => document.querySelector(`svg.energy .e-point.current`)?.dataset.step === String(T), T, { timeout: 10_000 });
+      await page.check('#color-energy');
+      assert.ok(await page.$eval('#output', (e) => e.classList.contains('color-energy')));
+      const bg = await page.$eval('#output .ch[data-i="3"]', (e) => getComputedStyle(e).backgroundColor);
+      assert.notEqual(bg, 'rgba(0, 0, 0, 0)', 'characters get a colour by energy');
+      await page.screenshot({ path: path.join(OUT, `${mode}-laptop-energy.png`) });
+      await page.check('#color-plain');
+    });
+
+    test('Stop stops a long generation (phone width)', async () => {
+      await page.setViewportSize({ width: 390, height: 844 });
+      await setField(page, 'len', 1000);
+      const t0 = await page.evaluate(() => performance.now());
+      await page.click('#generate');
+      await page.waitForFunction(() => document.querySelectorAll('#output .ch').length >= 60, null, { timeout: 60_000 });
+      const t1 = await page.evaluate(() => performance.now());
+      const tasks = await page.evaluate(([a, b]) => window.__longTasks.filter((e) => e.start >= a && e.start <= b), [t0, t1]);
+      const maxLong = Math.max(0, ...tasks.map((e) => e.duration));
+      console.log(`[${mode}] warmed run, first 60 chars: long tasks ${tasks.map((e) => e.duration.toFixed(0)).join(' ') || 'none'}; max ${maxLong.toFixed(0)} ms`);
+      assert.ok(maxLong <= LONGTASK_LIMIT_MS, `a main-thread task took ${maxLong} ms while generating (limit ${LONGTASK_LIMIT_MS})`);
+      await page.screenshot({ path: path.join(OUT, `${mode}-phone.png`), fullPage: true });
+      await page.click('#stop');
+      await page.waitForSelector('#app[data-state="ready"]', { timeout: 10_000 });
+      const n1 = await charCount(page);
+      await page.waitForTimeout(1000);
+      const n2 = await charCount(page);
+      assert.equal(n2, n1, 'no characters arrive after Stop');
+      assert.ok(n1 < 1000, `stopped early (${n1} characters)`);
+      assert.match(await page.textContent('#status'), /Stopped after/);
+      // The first characters repeat the 100-character run (same seed, same settings).
+      const text = await generatedText(page);
+      const common = Math.min(n1, LEN);
+      assert.equal(text.slice(0, common), EXPECTED.slice(PROMPT.length, PROMPT.length + common));
+    });
+  });
+}
+
+describe('page (errors and cache)', () => {
+  let browser;
+  before(async () => {
+    browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: MODES['cpu-fallback'].args });
+  });
+  after(async () => { await browser?.close(); });
+
+  for (const [what, reply, message] of [
+    ['cannot be fetched', { status: 404, body: 'missing' }, /could not fetch .*default\.safetensors: HTTP 404/],
+    ['cannot be parsed', { status: 200, body: 'this is not a checkpoint' }, /could not read the checkpoint .*not a safetensors file/],
+  ]) {
+    test(`says so clearly when the checkpoint ${what}`, async () => {
+      const context = await browser.newContext();
+      await context.route('**/models/default.safetensors*', (r) => r.fulfill(reply));
+      const page = await context.newPage();
+      await page.goto(URL);
+      await page.waitForSelector('#error', { timeout: 30_000 });
+      assert.match(await page.textContent('#error'), message);
+      assert.equal(await page.$eval('#app', (e) => e.dataset.state), 'error');
+      await context.close();
+    });
+  }
+
+  test('a reload takes the checkpoint from the Cache API', async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(URL);
+    await page.waitForSelector('#app[data-state="ready"]', { timeout: 90_000 });
+    await page.reload();
+    await page.waitForSelector('#app[data-state="ready"]', { timeout: 90_000 });
+    assert.match(await page.textContent('#status'), /from the browser cache/);
+    await context.close();
+  });
+});

@@ -393,7 +393,7 @@ pub fn App() -> impl IntoView {
                 </p>
                 <p class="backend" data-webgpu=move || ui.gpu.with(|g| g.code())>
                     "Backend: " <strong id="backend-name">{backend}</strong>
-                    " — the GPU engine is not in this build yet, so the CPU path runs in a Web Worker. "
+                    " — inference runs in a Web Worker. "
                     <span class="gpu-probe">{move || ui.gpu.with(|g| g.describe())}</span>
                 </p>
             </header>

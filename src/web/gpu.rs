@@ -30,10 +30,10 @@ impl GpuProbe {
     pub fn describe(&self) -> String {
         match self {
             GpuProbe::Checking => "checking for WebGPU…".into(),
-            GpuProbe::NoApi => "this browser exposes no navigator.gpu (no WebGPU), so the CPU path is the only one".into(),
+            GpuProbe::NoApi => "this browser exposes no navigator.gpu (no WebGPU), so the CPU path runs".into(),
             GpuProbe::NoAdapter(why) => format!("navigator.gpu exists but gave no adapter ({why})"),
             GpuProbe::Adapter(name) => {
-                format!("WebGPU adapter found ({name}), not used yet: the GPU engine is still being written")
+                format!("WebGPU adapter found ({name})")
             }
         }
     }

@@ -17,36 +17,53 @@ use crate::sample::{draw, filtered_probs, SampleOpts};
 use crate::session::{Session, StepOpts, TokenTrace};
 use crate::{ModelConfig, Vocab};
 
-/// The inference backend. Today only the CPU reference; the WebGPU engine
-/// joins as a second variant with the same calls (its `push` may await).
+/// The inference backend: the WebGPU engine (incremental, cached keys) when
+/// the browser gives an adapter, else the CPU reference.
 pub enum Engine {
     Cpu(Session),
+    Gpu(crate::engine::Engine),
 }
 
 impl Engine {
-    pub fn backend(&self) -> &'static str {
+    /// Picks WebGPU when it works for this checkpoint, else the CPU path, and says why.
+    async fn load(bytes: &[u8]) -> Result<Self, String> {
+        use crate::engine::{Backend, Engine as GpuEngine, EngineOpts};
+        let why = match GpuEngine::new(bytes, EngineOpts::default()).await {
+            Ok(e) if matches!(e.backend(), Backend::Gpu { .. }) => return Ok(Engine::Gpu(e)),
+            Ok(e) => e.backend().to_string(),
+            Err(e) => format!("CPU: {e}"),
+        };
+        web_sys::console::info_1(&format!("using the CPU path: {why}").into());
+        Session::from_bytes(bytes).map(Engine::Cpu).map_err(|e| e.to_string())
+    }
+    pub fn backend(&self) -> String {
         match self {
-            Engine::Cpu(_) => "CPU (wasm)",
+            Engine::Cpu(_) => "CPU (wasm)".into(),
+            Engine::Gpu(e) => format!("WebGPU ({})", e.backend().to_string().trim_start_matches("GPU: ")),
         }
     }
     pub fn config(&self) -> &ModelConfig {
         match self {
             Engine::Cpu(s) => &s.model.cfg,
+            Engine::Gpu(e) => e.config(),
         }
     }
     pub fn vocab(&self) -> &Vocab {
         match self {
             Engine::Cpu(s) => &s.vocab,
+            Engine::Gpu(e) => e.vocab(),
         }
     }
     pub fn reset(&mut self) {
         match self {
             Engine::Cpu(s) => s.reset(),
+            Engine::Gpu(e) => e.reset(),
         }
     }
     pub async fn push(&mut self, token: u32, opts: &StepOpts) -> Result<TokenTrace, String> {
         match self {
             Engine::Cpu(s) => s.push(token, opts).map_err(|e| e.to_string()),
+            Engine::Gpu(e) => e.push(token, opts).await.map_err(|e| e.to_string()),
         }
     }
 }
@@ -122,11 +139,10 @@ async fn load(state: Rc<RefCell<State>>, url: String) {
         Ok(x) => x,
         Err(message) => return post(&FromWorker::Error { run: 0, message }),
     };
-    let session = match Session::from_bytes(&bytes) {
-        Ok(s) => s,
+    let engine = match Engine::load(&bytes).await {
+        Ok(e) => e,
         Err(e) => return post(&FromWorker::Error { run: 0, message: format!("could not read the checkpoint {url}: {e}") }),
     };
-    let engine = Engine::Cpu(session);
     let cfg = engine.config();
     let info = ModelInfo {
         arch: cfg.arch.name().into(),
@@ -135,7 +151,7 @@ async fn load(state: Rc<RefCell<State>>, url: String) {
         d_model: cfg.d_model,
         vocab: engine.vocab().chars().iter().collect(),
         params: crate::model::num_params(cfg),
-        backend: engine.backend().into(),
+        backend: engine.backend(),
         from_cache,
     };
     state.borrow_mut().engine = Some(engine);
@@ -174,7 +190,7 @@ async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut Engine, req: &G
     if ids.is_empty() {
         return Err("the prompt is empty: type at least one character".into());
     }
-    let opts = StepOpts { steps: req.steps };
+    let opts = StepOpts { steps: req.steps, ..Default::default() };
     let sopts = SampleOpts {
         temperature: req.temperature,
         top_k: (req.top_k > 0).then_some(req.top_k),

@@ -155,8 +155,6 @@ fn early_exit_agrees_between_gpu_and_cpu() {
     let bytes = random_checkpoint(cfg, 300);
     let mut cpu = engine(&bytes, true);
     let mut gpu = gpu_engine(&bytes);
-    let mut long = ModelConfig { steps: 12, ..cfg.clone() };
-    long.steps = 12;
     let opts = StepOpts { steps: Some(12), early_exit: Some(0.05) };
     let mut used = Vec::new();
     for (k, &tok) in seq(40, cfg.vocab_size, 9).iter().enumerate() {

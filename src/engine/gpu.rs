@@ -258,7 +258,8 @@ impl GpuDecoder {
             .await
             .map_err(|e| Error::NoGpu(format!("no adapter: {e}")))?;
         let info = adapter.get_info();
-        let adapter_name = format!("{} ({:?})", info.name, info.backend);
+        // browsers may leave the adapter's name empty
+        let adapter_name = if info.name.is_empty() { format!("{:?}", info.backend) } else { format!("{} ({:?})", info.name, info.backend) };
         let mut limits = wgpu::Limits::default();
         let need = (packed.words.len().max(packed.fvec.len()) * 4) as u64;
         limits.max_storage_buffer_binding_size = limits.max_storage_buffer_binding_size.max(need.next_power_of_two());

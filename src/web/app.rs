@@ -61,6 +61,7 @@ struct Ui {
     top_k: RwSignal<String>,
     seed: RwSignal<String>,
     steps: RwSignal<String>,
+    tol: RwSignal<String>,
     run: RwSignal<u32>,
     run_prompt: RwSignal<String>,
     t_start: RwSignal<f64>,
@@ -94,6 +95,7 @@ impl Ui {
             top_k: RwSignal::new("0".into()),
             seed: RwSignal::new("1337".into()),
             steps: RwSignal::new(String::new()),
+            tol: RwSignal::new("0".into()),
             run: RwSignal::new(0),
             run_prompt: RwSignal::new(String::new()),
             t_start: RwSignal::new(0.0),
@@ -233,8 +235,9 @@ impl Ui {
             let top_k = parse(self.top_k, "Top-k")?;
             let seed = parse(self.seed, "Seed")?;
             let steps = parse(self.steps, "Recursion steps")?;
-            if !(1.0..=100_000.0).contains(&len) || !(temperature >= 0.0) || top_k < 0.0 || seed < 0.0 || !(1.0..=64.0).contains(&steps) {
-                return Err("Length 1–100000, temperature ≥ 0, top-k ≥ 0, seed ≥ 0, steps 1–64.".into());
+            let tol = parse(self.tol, "Early-exit tolerance")?;
+            if !(1.0..=100_000.0).contains(&len) || !(temperature >= 0.0) || top_k < 0.0 || seed < 0.0 || !(1.0..=64.0).contains(&steps) || !(tol >= 0.0) {
+                return Err("Length 1–100000, temperature ≥ 0, top-k ≥ 0, seed ≥ 0, steps 1–64, tolerance ≥ 0.".into());
             }
             Ok(GenerateRequest {
                 run: self.run.get_untracked() + 1,
@@ -244,6 +247,7 @@ impl Ui {
                 top_k: top_k as usize,
                 seed: seed as u64,
                 steps: Some(steps as usize),
+                early_exit: (tol > 0.0).then_some(tol as f32),
             })
         })();
         let req = match req {
@@ -444,8 +448,9 @@ pub fn App() -> impl IntoView {
                         {num_input("steps", "Recursion steps T", ui.steps, "1", "1")}
                         <label class="field" for="tol">
                             <span>"Early-exit tolerance"</span>
-                            <input id="tol" name="tol" type="number" value="0" disabled aria-describedby="tol-note" />
-                            <small id="tol-note" class="hint">"GPU engine only"</small>
+                            <input id="tol" name="tol" type="number" inputmode="decimal" step="0.01" min="0" aria-describedby="tol-note"
+                                prop:value=move || ui.tol.get() on:input=move |ev| ui.tol.set(event_target_value(&ev)) />
+                            <small id="tol-note" class="hint">"0 = off; WebGPU engine only"</small>
                         </label>
                     </div>
                     <div class="buttons">
@@ -489,7 +494,7 @@ pub fn App() -> impl IntoView {
                         {move || match ui.color.get() {
                             ColorMode::Plain => "Click a character to replay how it settled.",
                             ColorMode::Energy => "Green: low final energy (a deep basin); red: high. Click a character to replay it.",
-                            ColorMode::Steps => "Green: few descent steps used; red: all of them (early exit needs the GPU engine).",
+                            ColorMode::Steps => "Green: few descent steps used; red: all of them (early exit works on the WebGPU engine).",
                         }}
                     </p>
                 </section>

@@ -30,6 +30,9 @@ pub struct GenerateRequest {
     pub seed: u64,
     /// Recursion steps T; None = the checkpoint's.
     pub steps: Option<usize>,
+    /// Early exit once |E(t) - E(t-1)| < tol (the GPU engine; the CPU reference ignores it).
+    #[serde(default)]
+    pub early_exit: Option<f32>,
 }
 
 /// What the page needs to know about the loaded checkpoint.

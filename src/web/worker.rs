@@ -39,7 +39,8 @@ impl Engine {
     pub fn backend(&self) -> String {
         match self {
             Engine::Cpu(_) => "CPU (wasm)".into(),
-            Engine::Gpu(e) => format!("WebGPU ({})", e.backend().to_string().trim_start_matches("GPU: ")),
+            // the page names the adapter itself (browsers often leave wgpu's adapter info empty)
+            Engine::Gpu(_) => "WebGPU engine".into(),
         }
     }
     pub fn config(&self) -> &ModelConfig {
@@ -190,7 +191,7 @@ async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut Engine, req: &G
     if ids.is_empty() {
         return Err("the prompt is empty: type at least one character".into());
     }
-    let opts = StepOpts { steps: req.steps, ..Default::default() };
+    let opts = StepOpts { steps: req.steps, early_exit: req.early_exit };
     let sopts = SampleOpts {
         temperature: req.temperature,
         top_k: (req.top_k > 0).then_some(req.top_k),

@@ -90,7 +90,7 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       const line = await page.textContent('.backend');
       console.log(`[${mode}] ${line.trim()}`);
       // WebGPU runs the incremental GPU engine; without it the CPU reference runs
-      assert.match(line, cfg.hideGpu ? /CPU \(wasm\)/ : /WebGPU \(/);
+      assert.match(line, cfg.hideGpu ? /CPU \(wasm\)/ : /WebGPU engine/);
       if (cfg.hideGpu) assert.equal(probe, 'no-api');
       else assert.notEqual(probe, 'no-api', 'chromium with --enable-unsafe-webgpu should expose navigator.gpu');
       assert.equal(await page.inputValue('#steps'), String(T), 'steps default to the checkpoint T');

@@ -132,11 +132,12 @@ fn ensure_chromium() -> Result<()> {
 
 /// The page must print exactly what the CPU reference prints for the same settings.
 fn native_reference() -> Result<String> {
+    // the test-profile trainer is already built by `cargo test`: no extra release build in CI
     say("generating the native reference text (trainer sample, same settings as the page)");
     let prompt = TEST_PROMPT;
     let len = TEST_LEN.to_string();
     let mut cmd = Command::new("cargo");
-    cmd.args(["run", "--release", "-q", "-p", "trainer", "--", "sample", "--ckpt", DEFAULT_MODEL, "--prompt", prompt])
+    cmd.args(["run", "-q", "-p", "trainer", "--", "sample", "--ckpt", DEFAULT_MODEL, "--prompt", prompt])
         .args(["--len", &len, "--temperature", TEST_TEMPERATURE, "--top-k", TEST_TOP_K, "--seed", TEST_SEED]);
     let out = cmd.current_dir(root()).output().context("running trainer sample")?;
     if !out.status.success() {

@@ -214,3 +214,28 @@ fn shipped_default_matches_on_gpu() {
     let vocab = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).unwrap().vocab.len();
     check_gpu_against_reference("shipped default", &bytes, vocab);
 }
+
+/// Changing T between calls recomputes the cached window under the new T,
+/// through `push` and through `push_many` alike.
+#[test]
+fn changing_steps_mid_sequence_recomputes_the_window() {
+    let cfg = &variants()[2];
+    let bytes = random_checkpoint(cfg, 600);
+    let toks = seq(20, cfg.vocab_size, 13);
+    let t5 = StepOpts { steps: Some(5), early_exit: None };
+    let mut reference = Session::from_bytes(&bytes).unwrap();
+    let mut want = Trace::default();
+    for &t in &toks {
+        want = reference.push(t, &t5).unwrap();
+    }
+    for many in [false, true] {
+        let mut eng = engine(&bytes, true);
+        pollster::block_on(eng.push_many(&toks[..12], &StepOpts::default())).unwrap();
+        let got = if many {
+            pollster::block_on(eng.push_many(&toks[12..], &t5)).unwrap()
+        } else {
+            toks[12..].iter().map(|&t| pollster::block_on(eng.push(t, &t5)).unwrap()).last().unwrap()
+        };
+        assert_traces_close(&format!("steps change (push_many: {many})"), &got, &want, 1e-4);
+    }
+}

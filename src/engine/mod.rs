@@ -109,10 +109,13 @@ impl Engine {
         self.check_tokens(tokens)?;
         let block = self.cfg.block_size;
         let mut last = None;
+        if self.apply_opts(opts).await? {
+            last = Some(self.refill().await?);
+        }
         let mut i = 0;
         while i < tokens.len() {
-            if self.apply_opts(opts).await? || self.window.len() >= block {
-                // a refill or a slide: the one-token path handles both
+            if self.window.len() >= block {
+                // a slide: the one-token path recomputes the kept half
                 last = Some(self.push(tokens[i], opts).await?);
                 i += 1;
                 continue;
@@ -164,13 +167,18 @@ impl Engine {
         refill |= slide_window(&mut self.window, self.cfg.block_size);
         self.window.push(token);
         if refill {
-            match &mut self.dec {
-                Decoder::Cpu(d) => d.reset(),
-                Decoder::Gpu(d) => d.reset(),
-            }
-            let all = self.window.clone();
-            return self.decode(&all).await;
+            return self.refill().await;
         }
         self.decode(&[token]).await
+    }
+
+    /// Recomputes the whole window from position 0 (after a slide or a change of T or tolerance).
+    async fn refill(&mut self) -> Result<Trace> {
+        match &mut self.dec {
+            Decoder::Cpu(d) => d.reset(),
+            Decoder::Gpu(d) => d.reset(),
+        }
+        let all = self.window.clone();
+        self.decode(&all).await
     }
 }

@@ -11,7 +11,7 @@ use wgpu::util::DeviceExt;
 use super::params::DecodeParams;
 use super::Trace;
 use crate::quant::{PackedCheckpoint, PackedTensor, Scheme};
-use crate::{Checkpoint, Error, Result};
+use crate::{Error, Result};
 
 /// Threads in the one workgroup.
 const WG: u32 = 256;
@@ -248,8 +248,9 @@ pub struct GpuDecoder {
 
 impl GpuDecoder {
     /// Finds an adapter (Err(NoGpu) when there is none) and uploads the model.
-    pub async fn new(bytes: &[u8], ck: &Checkpoint, steps: usize) -> Result<Self> {
-        let params = DecodeParams::from_checkpoint(ck)?;
+    /// `bytes` is the checkpoint `params` came from (its packed codes go to the GPU as they are).
+    pub async fn new(bytes: &[u8], params: &DecodeParams, steps: usize) -> Result<Self> {
+        let params = params.clone();
         let quant = if is_quantized(bytes) { Some(PackedCheckpoint::from_bytes(bytes)?) } else { None };
         let packed = pack(&params, quant.as_ref())?;
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());

@@ -58,17 +58,17 @@ impl Engine {
         let ck = Checkpoint::from_bytes(bytes, candle_core::DType::F32, &candle_core::Device::Cpu)?;
         let cfg = ck.config.clone();
         let steps = cfg.steps;
+        // built once: the GPU uploads it, and the CPU fallback runs on it
+        let params = DecodeParams::from_checkpoint(&ck)?;
         let (dec, backend) = if opts.force_cpu {
-            (Decoder::Cpu(CpuDecoder::new(DecodeParams::from_checkpoint(&ck)?, steps)), Backend::Cpu { reason: "GPU not requested".into() })
+            (Decoder::Cpu(CpuDecoder::new(params, steps)), Backend::Cpu { reason: "GPU not requested".into() })
         } else {
-            match gpu::GpuDecoder::new(bytes, &ck, steps).await {
+            match gpu::GpuDecoder::new(bytes, &params, steps).await {
                 Ok(g) => {
                     let adapter = g.adapter_name().to_string();
                     (Decoder::Gpu(g), Backend::Gpu { adapter })
                 }
-                Err(Error::NoGpu(reason)) => {
-                    (Decoder::Cpu(CpuDecoder::new(DecodeParams::from_checkpoint(&ck)?, steps)), Backend::Cpu { reason })
-                }
+                Err(Error::NoGpu(reason)) => (Decoder::Cpu(CpuDecoder::new(params, steps)), Backend::Cpu { reason }),
                 Err(e) => return Err(e),
             }
         };

@@ -65,6 +65,15 @@ pub enum EtaKind {
     Free,
 }
 
+impl EtaKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EtaKind::Stable => "stable",
+            EtaKind::Free => "free",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Activation {

@@ -40,3 +40,37 @@ pub fn full_loss(model: &Model, data: &[u32], batch: usize, steps: Option<usize>
     }
     Ok(total / windows.len() as f64)
 }
+
+/// How many tokens descend monotonically once the transient is over.
+pub struct Monotone {
+    pub fraction: f64,
+    pub tokens: usize,
+    pub steps: usize,
+}
+
+/// Over `windows` evenly spaced validation windows: the fraction of tokens A
+/// whose E_A(t) never rises for t >= `skip` (tolerance 1e-5 relative, for f32
+/// rounding). Early tokens are included: their energy also sees the context move.
+pub fn monotone_fraction(model: &Model, data: &[u32], windows: usize, steps: Option<usize>, skip: usize) -> Result<Monotone> {
+    let all = all_windows(data, model.cfg.block_size);
+    let stride = (all.len() / windows.max(1)).max(1);
+    let picked: Vec<u32> = all.iter().step_by(stride).take(windows).flat_map(|(x, _)| x.iter().copied()).collect();
+    let b = picked.len() / model.cfg.block_size;
+    let x = Tensor::from_vec(picked, (b, model.cfg.block_size), &Device::Cpu)?;
+    let f = model.forward(&x, ForwardOpts { steps, record: true, dropout: None })?;
+    let Some(e) = f.energies else { anyhow::bail!("{} has no energy: only NRGPT models descend an energy", model.cfg.arch.name()) };
+    let e = e.to_dtype(candle_core::DType::F64)?.to_vec3::<f64>()?; // (T+1, B, n)
+    let t_max = e.len() - 1;
+    if skip >= t_max {
+        anyhow::bail!("--skip {skip} leaves no step to judge out of {t_max}");
+    }
+    let (mut mono, mut total) = (0, 0);
+    for bi in 0..b {
+        for a in 0..model.cfg.block_size {
+            total += 1;
+            let ok = (skip..t_max).all(|t| e[t + 1][bi][a] <= e[t][bi][a] + 1e-5 * e[t][bi][a].abs().max(1.0));
+            mono += ok as usize;
+        }
+    }
+    Ok(Monotone { fraction: mono as f64 / total as f64, tokens: total, steps: t_max })
+}

@@ -10,7 +10,7 @@ use nrgpt_web::quant::Scheme;
 use nrgpt_web::sample::{generate, SampleOpts};
 use nrgpt_web::{Activation, Arch, Checkpoint, EtaKind, ModelConfig, NormKind, Vocab};
 use trainer::data::Corpus;
-use trainer::eval::full_loss;
+use trainer::eval::{full_loss, monotone_fraction};
 use trainer::export::export;
 use trainer::train::{run, RunPaths, Start, TrainSettings};
 use trainer::vocab_file::tokenizer_json;
@@ -28,6 +28,8 @@ enum Cmd {
     Train(TrainArgs),
     /// Loss of a checkpoint over the whole validation split.
     Eval(EvalArgs),
+    /// Fraction of tokens whose energy E_A(t) decreases monotonically after the transient (NRGPT).
+    Energy(EnergyArgs),
     /// Print text generated from a checkpoint.
     Sample(SampleArgs),
     /// Write a checkpoint's model for inference: no optimizer state, optionally quantized.
@@ -127,6 +129,29 @@ struct EvalArgs {
     steps: Option<usize>,
     #[arg(long, default_value_t = 16)]
     batch: usize,
+    /// Which split: val (default) or train (the overfitting gap).
+    #[arg(long, default_value = "val", value_parser = ["val", "train"])]
+    split: String,
+    /// Only the first N characters of the split (default: all of it).
+    #[arg(long)]
+    max_chars: Option<usize>,
+}
+
+#[derive(Args)]
+struct EnergyArgs {
+    #[arg(long)]
+    ckpt: PathBuf,
+    #[arg(long, default_value = "data/tinyshakespeare/input.txt")]
+    data: PathBuf,
+    /// Recursion steps to run (default: the checkpoint's).
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Steps treated as the transient: monotonicity is judged from this step on.
+    #[arg(long, default_value_t = 1)]
+    skip: usize,
+    /// Validation windows to measure.
+    #[arg(long, default_value_t = 64)]
+    windows: usize,
 }
 
 #[derive(Args)]
@@ -223,13 +248,31 @@ fn main() -> Result<()> {
             let ck = load_ckpt(&a.ckpt)?;
             let corpus = Corpus::load(&a.data, &ck.vocab)?;
             let model = ck.model()?;
+            let split = if a.split == "train" { &corpus.train } else { &corpus.val };
+            let split = &split[..a.max_chars.unwrap_or(usize::MAX).min(split.len())];
             let pb = indicatif::ProgressBar::new(0);
-            let loss = full_loss(&model, &corpus.val, a.batch, a.steps, &mut |done, total| {
+            let loss = full_loss(&model, split, a.batch, a.steps, &mut |done, total| {
                 pb.set_length(total as u64);
                 pb.set_position(done as u64);
             })?;
             pb.finish_and_clear();
-            println!("val loss {loss:.4} nats/char over {} characters ({})", corpus.val.len(), a.ckpt.display());
+            println!("{} loss {loss:.4} nats/char over {} characters ({})", a.split, split.len(), a.ckpt.display());
+            Ok(())
+        }
+        Cmd::Energy(a) => {
+            let ck = load_ckpt(&a.ckpt)?;
+            let corpus = Corpus::load(&a.data, &ck.vocab)?;
+            let model = ck.model()?;
+            let m = monotone_fraction(&model, &corpus.val, a.windows, a.steps, a.skip)?;
+            println!(
+                "energy monotone after step {}: {:.4} of {} tokens ({} steps, eta {}, {})",
+                a.skip,
+                m.fraction,
+                m.tokens,
+                m.steps,
+                ck.config.eta.name(),
+                a.ckpt.display()
+            );
             Ok(())
         }
         Cmd::Sample(a) => {

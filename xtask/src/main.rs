@@ -7,6 +7,8 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+mod bench;
+mod plot;
 mod serve;
 
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
@@ -23,15 +25,15 @@ const TEST_TEMPERATURE: &str = "0.8";
 const TEST_TOP_K: &str = "20";
 const TEST_SEED: &str = "42";
 
-fn root() -> PathBuf {
+pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
-fn say(msg: &str) {
+pub fn say(msg: &str) {
     eprintln!("\n==> {msg}");
 }
 
-fn run(cmd: &mut Command) -> Result<()> {
+pub fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("    $ {}", format!("{cmd:?}").replace('"', ""));
     let st = cmd.current_dir(root()).status().with_context(|| format!("starting {cmd:?}"))?;
     if !st.success() {
@@ -149,6 +151,15 @@ fn native_reference() -> Result<String> {
 }
 
 fn browser_test() -> Result<()> {
+    browser_test_run(false).map(|_| ())
+}
+
+/// The browser test with its report captured (the bench reads the page speed from it).
+pub fn browser_test_output() -> Result<String> {
+    browser_test_run(true)
+}
+
+fn browser_test_run(capture: bool) -> Result<String> {
     if !root().join(DEFAULT_MODEL).is_file() {
         bail!("the browser test needs the default checkpoint {DEFAULT_MODEL}");
     }
@@ -165,8 +176,8 @@ fn browser_test() -> Result<()> {
     std::thread::spawn(move || serve::serve(listener, page_root));
     say(&format!("browser test against {url} (headless chromium, with WebGPU and with the CPU fallback)"));
     let prompt = TEST_PROMPT;
-    run(Command::new("node")
-        .args(["--test", "--test-reporter=spec", "tests/browser/page.test.mjs"])
+    let mut node = Command::new("node");
+    node.args(["--test", "--test-reporter=spec", "tests/browser/page.test.mjs"])
         .env("PAGE_URL", &url)
         .env("CKPT", root().join(DEFAULT_MODEL))
         .env("PROMPT", prompt)
@@ -175,7 +186,17 @@ fn browser_test() -> Result<()> {
         .env("TOP_K", TEST_TOP_K)
         .env("SEED", TEST_SEED)
         .env("EXPECTED_TEXT", &expected)
-        .env("OUT_DIR", dir.join("out")))
+        .env("OUT_DIR", dir.join("out"));
+    if !capture {
+        return run(&mut node).map(|_| String::new());
+    }
+    let out = node.current_dir(root()).stderr(std::process::Stdio::inherit()).output().context("starting node")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    print!("{text}");
+    if !out.status.success() {
+        bail!("the browser test failed ({})", out.status);
+    }
+    Ok(text)
 }
 
 fn serve(port: u16) -> Result<()> {
@@ -201,8 +222,9 @@ fn main() -> Result<()> {
             serve(port)
         }
         "test-browser" => browser_test(),
+        "bench" => bench::bench(args.iter().any(|a| a == "--smoke")),
         _ => bail!(
-            "usage: cargo xtask <test|serve|test-browser>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser test (builds the page, drives headless chromium)"
+            "usage: cargo xtask <test|serve|test-browser>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser test (builds the page, drives headless chromium)\n  bench         measure quality, trainer speed, decode and page speed; write the table into README.md (--smoke: a tiny run that checks the bench works)"
         ),
     }
 }

@@ -1,0 +1,428 @@
+//! `cargo xtask bench`: one table measured in one run on this machine —
+//! quality (val/train loss, f32 and int8), trainer throughput against PyTorch
+//! CPU, decode speed and dispatches, page speed, energy monotonicity — written
+//! into the README with a loss-curve figure. `--smoke` runs a tiny version
+//! (CI): tiny models, a few iterations, no PyTorch download, no README write.
+//!
+//! Training runs are deterministic (seeded) and live in runs/bench/<name>; a
+//! finished run is reused, an unfinished one resumed, so a second bench run
+//! costs only the evaluations.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+use crate::plot::{Panel, Series, COLOURS};
+use crate::{root, run, say};
+
+const TRAINER: &str = "target/release/trainer";
+const DECODE_BENCH: &str = "target/release/examples/decode_bench";
+const README: &str = "README.md";
+const FIGURE: &str = "www/figures/loss-curves.svg";
+const BEGIN: &str = "<!-- bench:begin (written by `cargo xtask bench`) -->";
+const END: &str = "<!-- bench:end -->";
+/// PyTorch from PyPI, in a venv of its own under target/.
+const VENV: &str = "target/bench-venv";
+const TORCH_SCRIPT: &str = "xtask/python/torch_trainer.py";
+/// The shipped default's own training run (not redone by the bench: hours).
+const DEFAULT_RUN: &str = "runs/default-ff2w/log.csv";
+const DEFAULT_MODEL: &str = "www/models/default.safetensors";
+
+/// One model of the quality table: a size class, a name and its trainer flags.
+struct Spec {
+    size: &'static str,
+    name: &'static str,
+    flags: &'static [&'static str],
+}
+
+struct Plan {
+    specs: Vec<Spec>,
+    /// Iterations per size class.
+    iters: fn(&str) -> usize,
+    common: &'static [&'static str],
+    /// Evaluation length for the train split (and the val split in smoke).
+    eval_chars: Option<usize>,
+    throughput: &'static [(&'static str, &'static [&'static str])],
+    throughput_iters: usize,
+    energy_windows: &'static str,
+}
+
+fn full_plan() -> Plan {
+    let s = |name, flags| Spec { size: "S", name, flags };
+    let m = |name, flags| Spec { size: "M", name, flags };
+    Plan {
+        specs: vec![
+            s("nrgpt-ff2w", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4"]),
+            s("nrgpt-ff2w free eta", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--eta", "free"]),
+            s("nrgpt-ff1", &["--model", "nrgpt-ff1", "--d-model", "128", "--heads", "4", "--steps", "4", "--ff-mult", "8"]),
+            s("gpt (4 layers)", &["--model", "gpt", "--d-model", "64", "--heads", "4", "--steps", "4"]),
+            s("gpt-rec (1 layer x4)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4"]),
+            m("nrgpt-ff2w", &["--model", "nrgpt-ff2w", "--d-model", "256", "--heads", "8", "--steps", "4", "--ff-mult", "5"]),
+            m("nrgpt-ff1", &["--model", "nrgpt-ff1", "--d-model", "256", "--heads", "8", "--steps", "4", "--ff-mult", "10"]),
+            m("gpt (4 layers)", &["--model", "gpt", "--d-model", "128", "--heads", "4", "--steps", "4"]),
+            m("gpt-rec (1 layer x4)", &["--model", "gpt-rec", "--d-model", "256", "--heads", "8", "--steps", "4"]),
+        ],
+        iters: |size| if size == "S" { 600 } else { 300 },
+        common: &["--block", "64", "--batch", "32", "--eval-every", "100", "--eval-iters", "10"],
+        eval_chars: Some(111_540), // the train-split loss over as many characters as the val split has
+        throughput: &[
+            ("nrgpt-ff2w d=128 T=4", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4"]),
+            ("gpt 4 layers d=128", &["--model", "gpt", "--d-model", "128", "--heads", "4", "--steps", "4"]),
+        ],
+        throughput_iters: 20,
+        energy_windows: "64",
+    }
+}
+
+fn smoke_plan() -> Plan {
+    let s = |name, flags| Spec { size: "S", name, flags };
+    Plan {
+        specs: vec![
+            s("nrgpt-ff2w", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2"]),
+            s("nrgpt-ff2w free eta", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2", "--eta", "free"]),
+            s("gpt (2 layers)", &["--model", "gpt", "--d-model", "16", "--heads", "2", "--steps", "2"]),
+        ],
+        iters: |_| 6,
+        common: &["--block", "16", "--batch", "4", "--eval-every", "3", "--eval-iters", "2"],
+        eval_chars: Some(2000),
+        throughput: &[("nrgpt-ff2w d=16 T=2", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2", "--block", "16", "--batch", "4"])],
+        throughput_iters: 3,
+        energy_windows: "4",
+    }
+}
+
+fn slug(size: &str, name: &str) -> String {
+    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    format!("{}-{}", size.to_lowercase(), s.split('-').filter(|p| !p.is_empty()).collect::<Vec<_>>().join("-"))
+}
+
+/// Runs `cmd` in the repository root and returns its stdout (stderr passes through).
+fn capture(cmd: &mut Command) -> Result<String> {
+    eprintln!("    $ {}", format!("{cmd:?}").replace('"', ""));
+    let out = cmd.current_dir(root()).stderr(Stdio::inherit()).output().with_context(|| format!("starting {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed with {}: {}", out.status, String::from_utf8_lossy(&out.stdout));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The first number after `key` in `text`.
+fn number_after(text: &str, key: &str) -> Result<f64> {
+    let i = text.find(key).with_context(|| format!("no `{key}` in: {text}"))? + key.len();
+    let num: String = text[i..].trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '-').collect();
+    num.parse().with_context(|| format!("no number after `{key}` in: {text}"))
+}
+
+fn last_log_iter(log: &Path) -> Option<(usize, bool)> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let last = text.lines().last()?;
+    let cols: Vec<&str> = last.split(',').collect();
+    Some((cols.first()?.parse().ok()?, cols.get(5).is_some_and(|v| !v.is_empty())))
+}
+
+/// (iteration, train estimate, val estimate) at each evaluation of a run.
+fn eval_points(log: &Path) -> Vec<(f64, f64, f64)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let c: Vec<&str> = l.split(',').collect();
+            Some((c.first()?.parse().ok()?, c.get(4)?.parse().ok()?, c.get(5)?.parse().ok()?))
+        })
+        .collect()
+}
+
+struct Quality {
+    size: &'static str,
+    name: &'static str,
+    params: usize,
+    iters: usize,
+    val_f32: f64,
+    val_int8: f64,
+    train_f32: f64,
+    int8_bytes: u64,
+    dir: PathBuf,
+}
+
+fn train_and_eval(plan: &Plan, spec: &Spec, base: &Path) -> Result<Quality> {
+    let dir = base.join(slug(spec.size, spec.name));
+    let iters = (plan.iters)(spec.size);
+    let ckpt = dir.join("ckpt.safetensors");
+    let done = last_log_iter(&dir.join("log.csv")).is_some_and(|(it, evaluated)| it == iters && evaluated) && ckpt.is_file();
+    let t0 = Instant::now();
+    if done {
+        say(&format!("{} {}: reusing the finished run in {}", spec.size, spec.name, dir.display()));
+    } else {
+        let resume = ckpt.is_file();
+        say(&format!("{} {}: training {iters} iterations into {}{}", spec.size, spec.name, dir.display(), if resume { " (resuming)" } else { "" }));
+        let mut cmd = Command::new(TRAINER);
+        cmd.arg("train").arg("--out").arg(&dir).args(["--iters", &iters.to_string(), "--quiet"]);
+        if resume {
+            cmd.arg("--resume");
+        } else {
+            cmd.args(spec.flags).args(plan.common);
+        }
+        capture(&mut cmd)?;
+        eprintln!("    trained in {:.0} s", t0.elapsed().as_secs_f64());
+    }
+    let int8 = dir.join("int8.safetensors");
+    let export = capture(Command::new(TRAINER).arg("export").arg("--ckpt").arg(&ckpt).arg("--out").arg(&int8).args(["--quant", "int8"]))?;
+    let params = number_after(&export, "|")? as usize;
+    let eval = |file: &Path, split: &str, max: Option<usize>| -> Result<f64> {
+        let mut cmd = Command::new(TRAINER);
+        cmd.arg("eval").arg("--ckpt").arg(file).args(["--split", split]);
+        if let Some(m) = max {
+            cmd.args(["--max-chars", &m.to_string()]);
+        }
+        number_after(&capture(&mut cmd)?, "loss")
+    };
+    let val_max = if plan.eval_chars == Some(111_540) { None } else { plan.eval_chars };
+    Ok(Quality {
+        size: spec.size,
+        name: spec.name,
+        params,
+        iters,
+        val_f32: eval(&ckpt, "val", val_max)?,
+        val_int8: eval(&int8, "val", val_max)?,
+        train_f32: eval(&ckpt, "train", plan.eval_chars)?,
+        int8_bytes: std::fs::metadata(&int8)?.len(),
+        dir,
+    })
+}
+
+/// A venv with PyTorch (CPU use only; `--no-deps` skips the multi-GB CUDA wheels).
+fn ensure_torch() -> Result<PathBuf> {
+    let py = root().join(VENV).join("bin/python");
+    if py.is_file() && Command::new(&py).args(["-c", "import torch"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success()) {
+        return Ok(py);
+    }
+    say(&format!("installing PyTorch from PyPI into {VENV} (about 540 MB; only its pure-Python dependencies, not the CUDA wheels)"));
+    run(Command::new("python3").args(["-m", "venv", VENV]))?;
+    run(Command::new(&py).args(["-m", "pip", "install", "-q", "--no-deps", "torch"]))?;
+    run(Command::new(&py).args(["-m", "pip", "install", "-q", "typing_extensions", "sympy", "networkx", "jinja2", "filelock", "fsspec"]))?;
+    Ok(py)
+}
+
+struct Throughput {
+    name: &'static str,
+    ours: f64,
+    torch: Option<f64>,
+}
+
+fn throughput(plan: &Plan, smoke: bool) -> Result<Vec<Throughput>> {
+    let torch = if smoke { None } else { Some(ensure_torch()?) };
+    let mut rows = Vec::new();
+    for (name, flags) in plan.throughput {
+        say(&format!("trainer throughput: {name}"));
+        let tmp = root().join("target/bench-throughput");
+        let _ = std::fs::remove_dir_all(&tmp);
+        let mut cmd = Command::new(TRAINER);
+        cmd.arg("train").args(*flags).args(["--iters", &plan.throughput_iters.to_string(), "--eval-every", "100000", "--eval-iters", "1", "--quiet", "--out"]).arg(&tmp);
+        let ours = number_after(&capture(&mut cmd)?, "|")?;
+        let torch = match &torch {
+            Some(py) => {
+                let mut cmd = Command::new(py);
+                cmd.arg(TORCH_SCRIPT).args(*flags).args(["--iters", &plan.throughput_iters.to_string()]);
+                Some(number_after(&capture(&mut cmd)?, "tokens_per_s")?)
+            }
+            None => None,
+        };
+        rows.push(Throughput { name, ours, torch });
+    }
+    Ok(rows)
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    format!("{cpu}, {cores} cores, no GPU")
+}
+
+fn today() -> String {
+    Command::new("date").arg("+%Y-%m-%d").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
+}
+
+pub fn bench(smoke: bool) -> Result<()> {
+    let t0 = Instant::now();
+    let plan = if smoke { smoke_plan() } else { full_plan() };
+    let base = root().join(if smoke { "target/bench-smoke" } else { "runs/bench" });
+    if smoke {
+        let _ = std::fs::remove_dir_all(&base);
+    }
+    say("building the release trainer and the decode benchmark");
+    run(Command::new("cargo").args(["build", "--release", "-p", "trainer", "-p", "nrgpt-web", "--example", "decode_bench"]))?;
+    run(Command::new("cargo").args(["build", "--release", "-p", "trainer", "--bin", "trainer"]))?;
+
+    let mut quality = Vec::new();
+    for spec in &plan.specs {
+        quality.push(train_and_eval(&plan, spec, &base)?);
+    }
+
+    let mut energy = Vec::new();
+    for q in quality.iter().filter(|q| q.size == "S" && q.name.starts_with("nrgpt-ff2w")) {
+        say(&format!("energy monotonicity: {}", q.name));
+        let ckpt = q.dir.join("ckpt.safetensors");
+        let mut row = vec![q.name.to_string()];
+        for (steps, skip) in [(None, "1"), (Some("16"), "4")] {
+            let mut cmd = Command::new(TRAINER);
+            cmd.arg("energy").arg("--ckpt").arg(&ckpt).args(["--skip", skip, "--windows", plan.energy_windows]);
+            if let Some(s) = steps {
+                cmd.args(["--steps", s]);
+            }
+            row.push(format!("{:.3}", number_after(&capture(&mut cmd)?, ":")?));
+        }
+        energy.push(row);
+    }
+
+    let tput = throughput(&plan, smoke)?;
+
+    say("decode speed (examples/decode_bench: CPU engine, wgpu, full recompute)");
+    let mut cmd = Command::new(root().join(DECODE_BENCH));
+    if smoke {
+        cmd.arg("--quick");
+    }
+    let decode = capture(&mut cmd)?;
+
+    let page = if smoke {
+        None
+    } else {
+        say("page speed in headless Chromium (the browser test)");
+        Some(crate::browser_test_output()?)
+    };
+
+    let default_eval = if Path::new(&root().join(DEFAULT_MODEL)).is_file() && !smoke {
+        Some(capture(Command::new(TRAINER).args(["eval", "--ckpt", DEFAULT_MODEL]))?.trim().to_string())
+    } else {
+        None
+    };
+
+    let mut md = String::new();
+    let cmd_name = if smoke { "cargo xtask bench --smoke" } else { "cargo xtask bench" };
+    let _ = writeln!(md, "Measured by `{cmd_name}` on {} ({}), in {:.0} min.\n", machine(), today(), t0.elapsed().as_secs_f64() / 60.0);
+    let _ = writeln!(md, "**Quality** (Tiny Shakespeare, nats/char; val = whole val split, train = first {} train characters; {}, lr 3e-3 cosine, same seed and data order for every model):\n", plan.eval_chars.unwrap_or(0), plan.common.join(" "));
+    let _ = writeln!(md, "| size | model | params | iters | val f32 | val int8 | int8 cost | train f32 | gap (val - train) | int8 file |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+    for q in &quality {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {:.4} | {:.4} | {:+.4} | {:.4} | {:+.4} | {:.0} kB |",
+            q.size,
+            q.name,
+            q.params,
+            q.iters,
+            q.val_f32,
+            q.val_int8,
+            q.val_int8 - q.val_f32,
+            q.train_f32,
+            q.val_f32 - q.train_f32,
+            q.int8_bytes as f64 / 1000.0
+        );
+    }
+    if let Some(e) = &default_eval {
+        let _ = writeln!(md, "\nShipped default (`trainer eval --ckpt {DEFAULT_MODEL}`): {e}. Goal: <= 1.55 from <= 1 MB.");
+    }
+    let _ = writeln!(md, "\n**Trainer throughput** (tokens/s, batch 32 x 64, {} iterations after warm-up; PyTorch: `{TORCH_SCRIPT}`, same model and batch, same machine, same run):\n", plan.throughput_iters);
+    let _ = writeln!(md, "| model | ours | PyTorch CPU | ours / PyTorch |");
+    let _ = writeln!(md, "|---|---|---|---|");
+    for t in &tput {
+        let (tp, ratio) = match t.torch {
+            Some(v) => (format!("{v:.0}"), format!("{:.2}", t.ours / v)),
+            None => ("not run (smoke)".into(), "-".into()),
+        };
+        let _ = writeln!(md, "| {} | {:.0} | {tp} | {ratio} |", t.name, t.ours);
+    }
+    let _ = writeln!(md, "\n**Decode** (`{}`):\n", DECODE_BENCH.trim_start_matches("target/release/examples/"));
+    for l in decode.lines() {
+        let _ = writeln!(md, "{l}");
+    }
+    if let Some(p) = &page {
+        let _ = writeln!(md, "\n**Page** (headless Chromium, 100 characters, from `cargo xtask test-browser`):\n");
+        for l in p.lines().filter(|l| l.contains("page-side:") || l.contains("warmed run")) {
+            let _ = writeln!(md, "- {}", l.trim());
+        }
+    }
+    let _ = writeln!(md, "\n**Energy** (fraction of tokens whose E_A(t) never rises after the transient, {} val windows):\n", plan.energy_windows);
+    let _ = writeln!(md, "| model (S) | trained T=4, from step 1 | 16 steps, from step 4 |");
+    let _ = writeln!(md, "|---|---|---|");
+    for r in &energy {
+        let _ = writeln!(md, "| {} |", r.join(" | "));
+    }
+    println!("{md}");
+
+    if smoke {
+        check_smoke(&md, &quality)?;
+        say(&format!("bench smoke passed in {:.0} s", t0.elapsed().as_secs_f64()));
+        return Ok(());
+    }
+    write_figure(&quality, cmd_name)?;
+    write_readme(&md)?;
+    say(&format!("wrote the table into {README} and the figure {FIGURE} ({:.0} min)", t0.elapsed().as_secs_f64() / 60.0));
+    Ok(())
+}
+
+/// The smoke run must have produced every part of the table with sane numbers.
+fn check_smoke(md: &str, quality: &[Quality]) -> Result<()> {
+    for q in quality {
+        for v in [q.val_f32, q.val_int8, q.train_f32] {
+            if !(v.is_finite() && v > 0.5 && v < 5.0) {
+                bail!("bench smoke: {} has an implausible loss {v}", q.name);
+            }
+        }
+    }
+    for part in ["**Quality**", "**Trainer throughput**", "**Decode**", "| 16 |", "dispatches", "**Energy**"] {
+        if !md.contains(part) {
+            bail!("bench smoke: the table lacks `{part}`");
+        }
+    }
+    Ok(())
+}
+
+fn write_figure(quality: &[Quality], cmd_name: &str) -> Result<()> {
+    let mut panels = Vec::new();
+    for size in ["S", "M"] {
+        let series = quality
+            .iter()
+            .filter(|q| q.size == size)
+            .enumerate()
+            .map(|(i, q)| Series {
+                label: q.name.to_string(),
+                points: eval_points(&q.dir.join("log.csv")).into_iter().map(|(it, _, v)| (it, v)).collect(),
+                dashed: false,
+                colour: COLOURS[i % COLOURS.len()],
+            })
+            .collect();
+        let params = quality.iter().filter(|q| q.size == size).map(|q| q.params).max().unwrap_or(0);
+        panels.push(Panel { title: format!("{size}: ~{:.2}M params, val loss", params as f64 / 1e6), series });
+    }
+    let pts = eval_points(&root().join(DEFAULT_RUN));
+    if !pts.is_empty() {
+        panels.push(Panel {
+            title: "shipped default (nrgpt-ff2w d=128)".into(),
+            series: vec![
+                Series { label: "val".into(), points: pts.iter().map(|p| (p.0, p.2)).collect(), dashed: false, colour: COLOURS[0] },
+                Series { label: "train".into(), points: pts.iter().map(|p| (p.0, p.1)).collect(), dashed: true, colour: COLOURS[1] },
+            ],
+        });
+    }
+    let caption = vec![format!("`{cmd_name}` on {} ({}); eval-point estimates from the training logs (runs/bench/*/log.csv, {DEFAULT_RUN})", machine(), today())];
+    let path = root().join(FIGURE);
+    std::fs::create_dir_all(path.parent().expect("figure has a folder"))?;
+    std::fs::write(&path, crate::plot::svg(&panels, &caption)).with_context(|| format!("writing {FIGURE}"))
+}
+
+/// Replaces the text between the bench markers in the README.
+fn write_readme(md: &str) -> Result<()> {
+    let path = root().join(README);
+    let text = std::fs::read_to_string(&path)?;
+    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
+        bail!("{README} lacks the markers {BEGIN} ... {END}");
+    };
+    let new = format!("{}{BEGIN}\n{md}\n![Loss curves]({FIGURE})\n\n{}", &text[..a], &text[b..]);
+    std::fs::write(&path, new).context("writing the README")
+}

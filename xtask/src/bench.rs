@@ -18,8 +18,12 @@ use anyhow::{bail, Context, Result};
 use crate::plot::{Panel, Series, COLOURS};
 use crate::{root, run, say};
 
-const TRAINER: &str = "target/release/trainer";
-const DECODE_BENCH: &str = "target/release/examples/decode_bench";
+/// The smoke run uses the dev-profile binaries `cargo test` already built (CI
+/// builds nothing extra); the real run the release ones.
+fn bin(smoke: bool, name: &str) -> String {
+    format!("target/{}/{name}", if smoke { "debug" } else { "release" })
+}
+
 const README: &str = "README.md";
 const FIGURE: &str = "www/figures/loss-curves.svg";
 const BEGIN: &str = "<!-- bench:begin (written by `cargo xtask bench`) -->";
@@ -147,7 +151,7 @@ struct Quality {
     dir: PathBuf,
 }
 
-fn train_and_eval(plan: &Plan, spec: &Spec, base: &Path) -> Result<Quality> {
+fn train_and_eval(trainer: &str, plan: &Plan, spec: &Spec, base: &Path) -> Result<Quality> {
     let dir = base.join(slug(spec.size, spec.name));
     let iters = (plan.iters)(spec.size);
     let ckpt = dir.join("ckpt.safetensors");
@@ -158,7 +162,7 @@ fn train_and_eval(plan: &Plan, spec: &Spec, base: &Path) -> Result<Quality> {
     } else {
         let resume = ckpt.is_file();
         say(&format!("{} {}: training {iters} iterations into {}{}", spec.size, spec.name, dir.display(), if resume { " (resuming)" } else { "" }));
-        let mut cmd = Command::new(TRAINER);
+        let mut cmd = Command::new(trainer);
         cmd.arg("train").arg("--out").arg(&dir).args(["--iters", &iters.to_string(), "--quiet"]);
         if resume {
             cmd.arg("--resume");
@@ -169,10 +173,10 @@ fn train_and_eval(plan: &Plan, spec: &Spec, base: &Path) -> Result<Quality> {
         eprintln!("    trained in {:.0} s", t0.elapsed().as_secs_f64());
     }
     let int8 = dir.join("int8.safetensors");
-    let export = capture(Command::new(TRAINER).arg("export").arg("--ckpt").arg(&ckpt).arg("--out").arg(&int8).args(["--quant", "int8"]))?;
+    let export = capture(Command::new(trainer).arg("export").arg("--ckpt").arg(&ckpt).arg("--out").arg(&int8).args(["--quant", "int8"]))?;
     let params = number_after(&export, "|")? as usize;
     let eval = |file: &Path, split: &str, max: Option<usize>| -> Result<f64> {
-        let mut cmd = Command::new(TRAINER);
+        let mut cmd = Command::new(trainer);
         cmd.arg("eval").arg("--ckpt").arg(file).args(["--split", split]);
         if let Some(m) = max {
             cmd.args(["--max-chars", &m.to_string()]);
@@ -212,14 +216,14 @@ struct Throughput {
     torch: Option<f64>,
 }
 
-fn throughput(plan: &Plan, smoke: bool) -> Result<Vec<Throughput>> {
+fn throughput(trainer: &str, plan: &Plan, smoke: bool) -> Result<Vec<Throughput>> {
     let torch = if smoke { None } else { Some(ensure_torch()?) };
     let mut rows = Vec::new();
     for (name, flags) in plan.throughput {
         say(&format!("trainer throughput: {name}"));
         let tmp = root().join("target/bench-throughput");
         let _ = std::fs::remove_dir_all(&tmp);
-        let mut cmd = Command::new(TRAINER);
+        let mut cmd = Command::new(trainer);
         cmd.arg("train").args(*flags).args(["--iters", &plan.throughput_iters.to_string(), "--eval-every", "100000", "--eval-iters", "1", "--quiet", "--out"]).arg(&tmp);
         let ours = number_after(&capture(&mut cmd)?, "|")?;
         let torch = match &torch {
@@ -255,13 +259,16 @@ pub fn bench(smoke: bool) -> Result<()> {
     if smoke {
         let _ = std::fs::remove_dir_all(&base);
     }
-    say("building the release trainer and the decode benchmark");
-    run(Command::new("cargo").args(["build", "--release", "-p", "trainer", "-p", "nrgpt-web", "--example", "decode_bench"]))?;
-    run(Command::new("cargo").args(["build", "--release", "-p", "trainer", "--bin", "trainer"]))?;
+    say("building the trainer and the decode benchmark");
+    let release: &[&str] = if smoke { &[] } else { &["--release"] };
+    run(Command::new("cargo").arg("build").args(release).args(["-p", "nrgpt-web", "--example", "decode_bench"]))?;
+    run(Command::new("cargo").arg("build").args(release).args(["-p", "trainer", "--bin", "trainer"]))?;
+    let trainer = bin(smoke, "trainer");
+    let trainer = trainer.as_str();
 
     let mut quality = Vec::new();
     for spec in &plan.specs {
-        quality.push(train_and_eval(&plan, spec, &base)?);
+        quality.push(train_and_eval(trainer, &plan, spec, &base)?);
     }
 
     let mut energy = Vec::new();
@@ -270,7 +277,7 @@ pub fn bench(smoke: bool) -> Result<()> {
         let ckpt = q.dir.join("ckpt.safetensors");
         let mut row = vec![q.name.to_string()];
         for (steps, skip) in [(None, "1"), (Some("16"), "4")] {
-            let mut cmd = Command::new(TRAINER);
+            let mut cmd = Command::new(trainer);
             cmd.arg("energy").arg("--ckpt").arg(&ckpt).args(["--skip", skip, "--windows", plan.energy_windows]);
             if let Some(s) = steps {
                 cmd.args(["--steps", s]);
@@ -280,10 +287,10 @@ pub fn bench(smoke: bool) -> Result<()> {
         energy.push(row);
     }
 
-    let tput = throughput(&plan, smoke)?;
+    let tput = throughput(trainer, &plan, smoke)?;
 
     say("decode speed (examples/decode_bench: CPU engine, wgpu, full recompute)");
-    let mut cmd = Command::new(root().join(DECODE_BENCH));
+    let mut cmd = Command::new(root().join(bin(smoke, "examples/decode_bench")));
     if smoke {
         cmd.arg("--quick");
     }
@@ -297,7 +304,7 @@ pub fn bench(smoke: bool) -> Result<()> {
     };
 
     let default_eval = if Path::new(&root().join(DEFAULT_MODEL)).is_file() && !smoke {
-        Some(capture(Command::new(TRAINER).args(["eval", "--ckpt", DEFAULT_MODEL]))?.trim().to_string())
+        Some(capture(Command::new(trainer).args(["eval", "--ckpt", DEFAULT_MODEL]))?.trim().to_string())
     } else {
         None
     };
@@ -337,7 +344,7 @@ pub fn bench(smoke: bool) -> Result<()> {
         };
         let _ = writeln!(md, "| {} | {:.0} | {tp} | {ratio} |", t.name, t.ours);
     }
-    let _ = writeln!(md, "\n**Decode** (`{}`):\n", DECODE_BENCH.trim_start_matches("target/release/examples/"));
+    let _ = writeln!(md, "\n**Decode** (`{}`):\n", "cargo run --release --example decode_bench");
     for l in decode.lines() {
         let _ = writeln!(md, "{l}");
     }
@@ -348,7 +355,7 @@ pub fn bench(smoke: bool) -> Result<()> {
         }
     }
     let _ = writeln!(md, "\n**Energy** (fraction of tokens whose E_A(t) never rises after the transient, {} val windows):\n", plan.energy_windows);
-    let _ = writeln!(md, "| model (S) | trained T=4, from step 1 | 16 steps, from step 4 |");
+    let _ = writeln!(md, "| model (S) | the trained T steps, judged from step 1 | 16 steps, judged from step 4 |");
     let _ = writeln!(md, "|---|---|---|");
     for r in &energy {
         let _ = writeln!(md, "| {} |", r.join(" | "));

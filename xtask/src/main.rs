@@ -110,6 +110,8 @@ fn test() -> Result<()> {
     run(Command::new("cargo").args(["build", "--release", "-p", "nrgpt-web", "--target", WASM_TARGET]))?;
     say("running every test of the workspace (gradient checks, descent, causality, trainer, resume, engine parity on wgpu)");
     run(Command::new("cargo").args(["test", "--workspace", "--", "--test-threads", "1"]))?;
+    say("smoke run of the benchmark (tiny models; the real one is `cargo xtask bench`)");
+    bench::bench(true)?;
     browser_test()?;
     say(&format!("all tests passed in {:.0} s", t0.elapsed().as_secs_f64()));
     Ok(())

@@ -69,7 +69,7 @@ fn full_plan() -> Plan {
             m("gpt (4 layers)", &["--model", "gpt", "--d-model", "128", "--heads", "4", "--steps", "4"]),
             m("gpt-rec (1 layer x4)", &["--model", "gpt-rec", "--d-model", "256", "--heads", "8", "--steps", "4"]),
         ],
-        iters: |size| if size == "S" { 600 } else { 300 },
+        iters: |size| if size == "S" { 400 } else { 200 },
         common: &["--block", "64", "--batch", "32", "--eval-every", "100", "--eval-iters", "10"],
         eval_chars: Some(111_540), // the train-split loss over as many characters as the val split has
         throughput: &[

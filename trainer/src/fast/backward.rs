@@ -11,7 +11,7 @@ use nrgpt_web::{Arch, EtaKind, ModelConfig};
 
 use super::forward::scale_heads;
 use super::gemm::{mm, mm_ld, View};
-use super::math::{col_sum_into, norm_bwd};
+use super::math::{col_sum_into, ff2w_act_bwd, norm_bwd};
 use super::params::Layout;
 use super::workspace::{Dims, Workspace};
 
@@ -145,11 +145,7 @@ pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Worksp
                 mm(ta, fdv, View::rm(&p[w2], d, m), false, 1.0);
                 mm(tb, fdv, View::rm(w1, m, d).t(), false, 1.0);
                 // dL/dv = -tb s'  (into tb);  dL/du = -(ta s' + tb v s'')  (into ta)
-                for i in 0..r * m {
-                    let second = if no2 { 0.0 } else { tb[i] * fv[i] * fdds[i] };
-                    ta[i] = -(ta[i] * fds[i] + second);
-                    tb[i] = -tb[i] * fds[i];
-                }
+                ff2w_act_bwd(ta, tb, fds, fdds, fv, !no2);
                 let (tav, tbv) = (View::rm(ta, r, m), View::rm(tb, r, m));
                 // dg += dL/dv W2^T + dL/du W1
                 mm(dg, tbv, View::rm(&p[w2], d, m).t(), true, 1.0);

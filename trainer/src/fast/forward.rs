@@ -6,30 +6,9 @@
 use nrgpt_web::{Arch, EtaKind, ModelConfig};
 
 use super::gemm::{mm, mm_ld, View};
-use super::math::{act3, exp, norm_fwd};
+use super::math::{cross_entropy_rows, ff1_act, ff2w_act, norm_fwd, softmax_strict};
 use super::params::Layout;
 use super::workspace::{Dims, Workspace};
-
-/// Softmax over the allowed keys of each row of an n x n score block under
-/// the strict causal mask (key j < query a); row 0 attends to nothing (all zero).
-pub fn softmax_strict(s: &mut [f32], n: usize) {
-    for a in 0..n {
-        let row = &mut s[a * n..(a + 1) * n];
-        let (allowed, masked) = row.split_at_mut(a);
-        masked.fill(0.0);
-        if a == 0 {
-            continue;
-        }
-        let mx = allowed.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut z = 0.0;
-        for e in allowed.iter_mut() {
-            *e = exp(*e - mx);
-            z += *e;
-        }
-        let inv = 1.0 / z;
-        allowed.iter_mut().for_each(|e| *e *= inv);
-    }
-}
 
 /// out[row, h*dh + j] = alpha_h * c[row, h*dh + j]
 pub fn scale_heads(c: &[f32], alpha: &[f32], dh: usize, out: &mut [f32]) {
@@ -101,24 +80,7 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Workspa
                 // u = W1 g + b1 (bias added below), v = W2^T g
                 mm(fs, gv, View::rm(w1, m, d).t(), false, 1.0);
                 mm(fv, gv, View::rm(w2, d, m), false, 1.0);
-                for (row, ((((s, ds), dds), vv), z)) in fs
-                    .chunks_exact_mut(m)
-                    .zip(fds.chunks_exact_mut(m))
-                    .zip(fdds.chunks_exact_mut(m))
-                    .zip(fv.chunks_exact(m))
-                    .zip(fz.chunks_exact_mut(m))
-                    .enumerate()
-                {
-                    let _ = row;
-                    for j in 0..m {
-                        let (a0, a1, a2) = act3(cfg.activation, s[j] + b1[j]);
-                        s[j] = a0;
-                        ds[j] = a1;
-                        dds[j] = a2;
-                        // z = s'(u) * (W2^T g)
-                        z[j] = a1 * vv[j];
-                    }
-                }
+                ff2w_act(cfg.activation, b1, m, fs, fds, fdds, fv, fz);
                 // dE_FF/dg = -(W2 s(u) + b2) - W1^T (s'(u) * W2^T g)
                 mm(&mut st.gff, View::rm(fs, r, m), View::rm(w2, d, m).t(), false, -1.0);
                 mm(&mut st.gff, View::rm(fz, r, m), View::rm(w1, m, d), true, -1.0);
@@ -129,14 +91,8 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Workspa
             Arch::NrgptFf1 => {
                 let [fw, fh, ..] = &mut st.f;
                 mm(fw, gv, View::rm(w1, m, d).t(), false, 1.0);
-                for (w, hc) in fw.chunks_exact_mut(m).zip(fh.chunks_exact_mut(m)) {
-                    for j in 0..m {
-                        let (s, ds, dds) = act3(cfg.activation, w[j] + b1[j]);
-                        // w = s s', and its derivative (s s')' = s'^2 + s s''
-                        w[j] = s * ds;
-                        hc[j] = ds * ds + s * dds;
-                    }
-                }
+                // w = s s', and its derivative (s s')' = s'^2 + s s''
+                ff1_act(cfg.activation, b1, m, fw, fh);
                 // dE_FF/dg = -2 W^T (s(u) s'(u))
                 mm(&mut st.gff, View::rm(fw, r, m), View::rm(w1, m, d), false, -2.0);
             }
@@ -173,24 +129,7 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Workspa
     // logits = W_out N_out(x(T)) + b
     norm_fwd(cfg.norm, x_out, &p[lay.out_gamma], eps, d, xh_out, rstd_out, g_out);
     mm(probs, View::rm(g_out, r, d), View::rm(&p[lay.head_w], v, d).t(), false, 1.0);
-    let hb = &p[lay.head_b];
-    // loss = mean(lse(logits) - logit[target]); dL/dlogits = (softmax - onehot) / N
-    let inv_n = 1.0 / total_tokens as f32;
-    let mut loss = 0.0f64;
-    for (row, lg) in probs.chunks_exact_mut(v).enumerate() {
-        lg.iter_mut().zip(hb).for_each(|(l, b)| *l += b);
-        let mx = lg.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let y = tgt[row] as usize;
-        let picked = lg[y];
-        let mut z = 0.0f32;
-        for l in lg.iter_mut() {
-            *l = exp(*l - mx);
-            z += *l;
-        }
-        loss += (mx + z.ln() - picked) as f64;
-        let s = inv_n / z;
-        lg.iter_mut().for_each(|l| *l *= s);
-        lg[y] -= inv_n;
-    }
+    // loss = sum(lse(logits) - logit[target]); dL/dlogits = (softmax - onehot) / N
+    let loss = cross_entropy_rows(probs, &p[lay.head_b], tgt, v, total_tokens);
     *loss_sum = loss;
 }

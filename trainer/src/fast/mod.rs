@@ -13,6 +13,8 @@ pub mod adamw;
 pub mod backward;
 pub mod forward;
 pub mod gemm;
+#[cfg(target_arch = "x86_64")]
+pub mod kernel512;
 pub mod math;
 pub mod params;
 pub mod workspace;

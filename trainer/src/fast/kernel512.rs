@@ -41,27 +41,43 @@ pub unsafe fn gemm(c: *mut f32, ldc: usize, a: View, b: View, accumulate: bool, 
                 let kc = KC.min(k - pc);
                 let acc = accumulate || pc > 0;
                 pack_b(pb, b, pc, kc, jc, nc);
+                // A with contiguous rows is read in place by the kernel (no packing);
+                // other layouts are packed into MR-tall panels.
+                let direct = a.cs == 1;
                 for ic in (0..m).step_by(MC) {
                     let mc = MC.min(m - ic);
-                    pack_a(pa, a, ic, mc, pc, kc);
+                    if !direct {
+                        pack_a(pa, a, ic, mc, pc, kc);
+                    }
                     for jr in (0..nc).step_by(NR) {
                         let nr = NR.min(nc - jr);
                         let bp = pb.as_ptr().add(jr * kc);
                         for ir in (0..mc).step_by(MR) {
                             let mr = MR.min(mc - ir);
-                            let ap = pa.as_ptr().add(ir * kc);
                             let cp = c.add((ic + ir) * ldc + jc + jr);
                             if mr == MR && nr == NR {
-                                kernel(kc, ap, bp, cp, ldc, acc, alpha);
+                                if direct {
+                                    kernel::<true>(kc, a.data.as_ptr().add((ic + ir) * a.rs + pc), a.rs, bp, cp, ldc, acc, alpha);
+                                } else {
+                                    kernel::<false>(kc, pa.as_ptr().add(ir * kc), 0, bp, cp, ldc, acc, alpha);
+                                }
+                                continue;
+                            }
+                            // Edge tile: pack its rows (zero-padded), compute the full
+                            // tile aside, then write back the valid part.
+                            let mut ta = [0f32; MR * KC];
+                            let ap = if direct {
+                                pack_a(&mut ta, a, ic + ir, mr, pc, kc);
+                                ta.as_ptr()
                             } else {
-                                // Edge tile: compute the full tile aside, then add the valid part.
-                                let mut tmp = [0f32; MR * NR];
-                                kernel(kc, ap, bp, tmp.as_mut_ptr(), NR, false, alpha);
-                                for i in 0..mr {
-                                    for j in 0..nr {
-                                        let d = cp.add(i * ldc + j);
-                                        *d = if acc { *d + tmp[i * NR + j] } else { tmp[i * NR + j] };
-                                    }
+                                pa.as_ptr().add(ir * kc)
+                            };
+                            let mut tmp = [0f32; MR * NR];
+                            kernel::<false>(kc, ap, 0, bp, tmp.as_mut_ptr(), NR, false, alpha);
+                            for i in 0..mr {
+                                for j in 0..nr {
+                                    let d = cp.add(i * ldc + j);
+                                    *d = if acc { *d + tmp[i * NR + j] } else { tmp[i * NR + j] };
                                 }
                             }
                         }
@@ -82,7 +98,10 @@ unsafe fn pack_b(dst: &mut [f32], b: View, pc: usize, kc: usize, jc: usize, nc: 
         for p in 0..kc {
             let row = s.add((pc + p) * b.rs + (jc + jr) * b.cs);
             let out = panel.add(p * NR);
-            if b.cs == 1 {
+            if b.cs == 1 && nr == NR {
+                // fixed-size copy: vector moves, not a memmove call
+                *(out as *mut [f32; NR]) = *(row as *const [f32; NR]);
+            } else if b.cs == 1 {
                 std::ptr::copy_nonoverlapping(row, out, nr);
             } else {
                 for j in 0..nr {
@@ -107,9 +126,12 @@ unsafe fn pack_a(dst: &mut [f32], a: View, ic: usize, mc: usize, pc: usize, kc: 
             // Columns contiguous (a transposed row-major matrix): copy MR at a time.
             for p in 0..kc {
                 let col = s.add((ic + ir) + (pc + p) * a.cs);
-                std::ptr::copy_nonoverlapping(col, panel.add(p * MR), mr);
-                for i in mr..MR {
-                    *panel.add(p * MR + i) = 0.0;
+                if mr == MR {
+                    *(panel.add(p * MR) as *mut [f32; MR]) = *(col as *const [f32; MR]);
+                } else {
+                    for i in 0..MR {
+                        *panel.add(p * MR + i) = if i < mr { *col.add(i) } else { 0.0 };
+                    }
                 }
             }
         } else {
@@ -129,9 +151,12 @@ unsafe fn pack_a(dst: &mut [f32], a: View, ic: usize, mc: usize, pc: usize, kc: 
     }
 }
 
-/// The 12 x 32 tile: C (+)= alpha * sum_p a[p] (12 values) x b[p] (32 values).
+/// The 12 x 32 tile: C (+)= alpha * sum_p A[:, p] (12 values) x b[p] (32 values).
+/// A packed (DIRECT = false): A[i, p] at a[p*MR + i]; in place (DIRECT): at a[i*lda + p].
 #[target_feature(enable = "avx512f")]
-unsafe fn kernel(k: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, accumulate: bool, alpha: f32) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn kernel<const DIRECT: bool>(k: usize, a: *const f32, lda: usize, b: *const f32, c: *mut f32, ldc: usize, accumulate: bool, alpha: f32) {
+    let (ars, aps) = if DIRECT { (lda, 1) } else { (1, MR) };
     macro_rules! tile {
         ($($i:literal)*) => {{
             let z = _mm512_setzero_ps();
@@ -139,9 +164,9 @@ unsafe fn kernel(k: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize
             for p in 0..k {
                 let b0 = _mm512_loadu_ps(b.add(p * NR));
                 let b1 = _mm512_loadu_ps(b.add(p * NR + 16));
-                let ap = a.add(p * MR);
+                let ap = a.add(p * aps);
                 $(
-                    let ai = _mm512_set1_ps(*ap.add($i));
+                    let ai = _mm512_set1_ps(*ap.add($i * ars));
                     acc[$i][0] = _mm512_fmadd_ps(ai, b0, acc[$i][0]);
                     acc[$i][1] = _mm512_fmadd_ps(ai, b1, acc[$i][1]);
                 )*

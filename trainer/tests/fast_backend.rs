@@ -159,3 +159,41 @@ fn a_wrong_backward_fails_the_check() {
         assert!(err > 100.0 * TOL, "{fault:?} went unnoticed: error {err:e}");
     }
 }
+
+/// Through the CLI: `--backend fast` and `--backend candle` train the same
+/// model on the same batches (losses agree to f32 round-off over a few
+/// updates), and `--backend fast` refuses a GPT model with a clear error.
+#[test]
+fn cli_backends_agree_and_fast_refuses_gpt() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let run = |backend: &str, model: &str| {
+        let out = std::env::temp_dir().join(format!("nrgpt-fast-{}-{backend}-{model}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_trainer"))
+            .current_dir(&root)
+            .args(["train", "--model", model, "--d-model", "32", "--heads", "2", "--steps", "2", "--block", "32", "--batch", "8"])
+            .args(["--iters", "6", "--eval-every", "1000", "--eval-iters", "2", "--dropout", "0.1", "--quiet", "--backend", backend])
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        (o, out)
+    };
+    let losses = |dir: &std::path::Path| -> Vec<f64> {
+        let log = std::fs::read_to_string(dir.join("log.csv")).unwrap();
+        log.lines().skip(1).filter_map(|l| l.split(',').nth(2)?.parse().ok()).collect()
+    };
+    let (fast, fast_dir) = run("fast", "nrgpt-ff2w");
+    let (cand, cand_dir) = run("candle", "nrgpt-ff2w");
+    assert!(fast.status.success() && cand.status.success());
+    assert!(String::from_utf8_lossy(&fast.stderr).contains("fast backend"));
+    assert!(String::from_utf8_lossy(&cand.stderr).contains("candle backend"));
+    let (a, b) = (losses(&fast_dir), losses(&cand_dir));
+    assert_eq!(a.len(), 6);
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() < 1e-4 * y.abs(), "fast {x} vs candle {y}: {a:?} {b:?}");
+    }
+    let (gpt, _) = run("fast", "gpt");
+    assert!(!gpt.status.success());
+    assert!(String::from_utf8_lossy(&gpt.stderr).contains("NRGPT only"), "{}", String::from_utf8_lossy(&gpt.stderr));
+}

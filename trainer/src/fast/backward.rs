@@ -25,7 +25,8 @@ pub enum Fault {
     NoSoftmaxPath,
 }
 
-pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>, fault: Option<Fault>) {
+#[allow(clippy::too_many_arguments)]
+pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>, fault: Option<Fault>) {
     let Dims { nb, n, r, d, h, dh, hd, m, v, steps } = ws.dims;
     let beta = 1.0 / (dh as f32).sqrt();
     let Workspace { tape, xh_out, rstd_out, g_out, probs, dx, dg, gd, fd, tmp_d, tmp_hd, dq, dk, ta, tb, nn, grads, .. } = ws;
@@ -88,7 +89,7 @@ pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Worksp
         scale_heads(&st.c, alpha, dh, tmp_hd);
         mm(&mut grads[lay.wq], View::rm(tmp_hd, r, hd).t(), gdv, true, -1.0);
         // d(alpha C) = -G Wq^T (into tmp_hd); dalpha_h = sum d(alpha C)_h * C_h; dC = alpha d(alpha C)
-        mm(tmp_hd, gdv, View::rm(wq, hd, d).t(), false, -1.0);
+        mm(tmp_hd, gdv, View::rm(&pt[lay.wq], d, hd), false, -1.0);
         let dal = &mut grads[lay.alpha];
         for (dr, cr) in tmp_hd.chunks_exact_mut(hd).zip(st.c.chunks_exact(hd)) {
             for hh in 0..h {
@@ -143,12 +144,12 @@ pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Worksp
                 // dE_FF/dg = -(W2 s + b2) - W1^T z, z = s' * v, v = W2^T g, u = W1 g + b1
                 // ta = F' W2 (= -dL/ds), tb = F' W1^T (= -dL/dz)
                 mm(ta, fdv, View::rm(&p[w2], d, m), false, 1.0);
-                mm(tb, fdv, View::rm(w1, m, d).t(), false, 1.0);
+                mm(tb, fdv, View::rm(&pt[lay.w1], d, m), false, 1.0);
                 // dL/dv = -tb s'  (into tb);  dL/du = -(ta s' + tb v s'')  (into ta)
                 ff2w_act_bwd(ta, tb, fds, fdds, fv, !no2);
                 let (tav, tbv) = (View::rm(ta, r, m), View::rm(tb, r, m));
                 // dg += dL/dv W2^T + dL/du W1
-                mm(dg, tbv, View::rm(&p[w2], d, m).t(), true, 1.0);
+                mm(dg, tbv, View::rm(&pt[w2], m, d), true, 1.0);
                 mm(dg, tav, View::rm(w1, m, d), true, 1.0);
                 // dW2 += -F'^T s + g^T dL/dv ; db2 += -sum F'
                 mm(&mut grads[w2], fdv.t(), View::rm(fs, r, m), true, -1.0);
@@ -162,7 +163,7 @@ pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Worksp
             Arch::NrgptFf1 => {
                 let [fw, fh, ..] = &st.f;
                 // dE_FF/dg = -2 W^T w, w = s s': dL/dw = -2 F' W^T, dW += -2 w^T F'
-                mm(ta, fdv, View::rm(w1, m, d).t(), false, -2.0);
+                mm(ta, fdv, View::rm(&pt[lay.w1], d, m), false, -2.0);
                 mm(&mut grads[lay.w1], View::rm(fw, r, m).t(), fdv, true, -2.0);
                 // dL/du = dL/dw (s'^2 + s s'')
                 ta.iter_mut().zip(fh.iter()).for_each(|(a, hc)| *a *= hc);

@@ -22,17 +22,18 @@ pub fn scale_heads(c: &[f32], alpha: &[f32], dh: usize, out: &mut [f32]) {
     }
 }
 
-/// Runs the chunk: `ids`/`tgt` its (nb * n) tokens and targets, `masks` its
+/// Runs the chunk (`pt`: the transposed weight matrices, see `Layout::transposes`): `ids`/`tgt` its (nb * n) tokens and targets, `masks` its
 /// T+1 dropout masks (embedding, then each step) if dropout is on.
 /// Leaves `ws.loss_sum` and, in `ws.probs`, dL/dlogits for a loss averaged over `total_tokens`.
-pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], tgt: &[u32], masks: Option<&[&[f32]]>, total_tokens: usize) {
+#[allow(clippy::too_many_arguments)]
+pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], tgt: &[u32], masks: Option<&[&[f32]]>, total_tokens: usize) {
     let Dims { nb, n, r, d, h, dh, hd, m, v, steps } = ws.dims;
     let eps = cfg.eps as f32;
     // beta = 1/sqrt(head_dim), the attention inverse temperature
     let beta = 1.0 / (dh as f32).sqrt();
     let Workspace { tape, x_out, xh_out, rstd_out, g_out, probs, tmp_d, tmp_hd, loss_sum, .. } = ws;
     let (tok, pos) = (&p[lay.tok], &p[lay.pos]);
-    let (gamma, wq, wk, alpha, w1, b1) = (&p[lay.gamma], &p[lay.wq], &p[lay.wk], &p[lay.alpha], &p[lay.w1], &p[lay.b1]);
+    let (gamma, wq, alpha, w1, b1) = (&p[lay.gamma], &p[lay.wq], &p[lay.alpha], &p[lay.w1], &p[lay.b1]);
     let ff_scale = p[lay.ff_scale][0];
 
     // x(0) = tok_emb[id] + pos_emb[position], then the embedding dropout mask
@@ -55,8 +56,8 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Workspa
         norm_fwd(cfg.norm, &st.x, gamma, eps, d, &mut st.xh, &mut st.rstd, &mut st.g);
         let gv = View::rm(&st.g, r, d);
         // q = g Wq^T, k = g Wk^T
-        mm(&mut st.q, gv, View::rm(wq, hd, d).t(), false, 1.0);
-        mm(&mut st.k, gv, View::rm(wk, hd, d).t(), false, 1.0);
+        mm(&mut st.q, gv, View::rm(&pt[lay.wq], d, hd), false, 1.0);
+        mm(&mut st.k, gv, View::rm(&pt[lay.wk], d, hd), false, 1.0);
         for b in 0..nb {
             for hh in 0..h {
                 let off = b * n * hd + hh * dh;
@@ -78,11 +79,11 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Workspa
                 let (w2, b2) = (&p[lay.w2.unwrap()], &p[lay.b2.unwrap()]);
                 let [fs, fds, fdds, fv, fz] = &mut st.f;
                 // u = W1 g + b1 (bias added below), v = W2^T g
-                mm(fs, gv, View::rm(w1, m, d).t(), false, 1.0);
+                mm(fs, gv, View::rm(&pt[lay.w1], d, m), false, 1.0);
                 mm(fv, gv, View::rm(w2, d, m), false, 1.0);
                 ff2w_act(cfg.activation, b1, m, fs, fds, fdds, fv, fz);
                 // dE_FF/dg = -(W2 s(u) + b2) - W1^T (s'(u) * W2^T g)
-                mm(&mut st.gff, View::rm(fs, r, m), View::rm(w2, d, m).t(), false, -1.0);
+                mm(&mut st.gff, View::rm(fs, r, m), View::rm(&pt[lay.w2.unwrap()], m, d), false, -1.0);
                 mm(&mut st.gff, View::rm(fz, r, m), View::rm(w1, m, d), true, -1.0);
                 for row in st.gff.chunks_exact_mut(d) {
                     row.iter_mut().zip(b2.iter()).for_each(|(o, b)| *o -= b);
@@ -90,7 +91,7 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Workspa
             }
             Arch::NrgptFf1 => {
                 let [fw, fh, ..] = &mut st.f;
-                mm(fw, gv, View::rm(w1, m, d).t(), false, 1.0);
+                mm(fw, gv, View::rm(&pt[lay.w1], d, m), false, 1.0);
                 // w = s s', and its derivative (s s')' = s'^2 + s s''
                 ff1_act(cfg.activation, b1, m, fw, fh);
                 // dE_FF/dg = -2 W^T (s(u) s'(u))
@@ -115,7 +116,7 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Workspa
             }
             EtaKind::Free => {
                 // eta dE/dg = dE/dg W_eta^T (`linear`)
-                mm(tmp_d, View::rm(&st.grad, r, d), View::rm(&p[lay.eta_w.unwrap()], d, d).t(), false, 1.0);
+                mm(tmp_d, View::rm(&st.grad, r, d), View::rm(&pt[lay.eta_w.unwrap()], d, d), false, 1.0);
                 tmp_d
             }
         };
@@ -128,7 +129,7 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Workspa
 
     // logits = W_out N_out(x(T)) + b
     norm_fwd(cfg.norm, x_out, &p[lay.out_gamma], eps, d, xh_out, rstd_out, g_out);
-    mm(probs, View::rm(g_out, r, d), View::rm(&p[lay.head_w], v, d).t(), false, 1.0);
+    mm(probs, View::rm(g_out, r, d), View::rm(&pt[lay.head_w], d, v), false, 1.0);
     // loss = sum(lse(logits) - logit[target]); dL/dlogits = (softmax - onehot) / N
     let loss = cross_entropy_rows(probs, &p[lay.head_b], tgt, v, total_tokens);
     *loss_sum = loss;

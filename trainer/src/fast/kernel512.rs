@@ -48,6 +48,10 @@ pub unsafe fn gemm(c: *mut f32, ldc: usize, a: View, b: View, accumulate: bool, 
                     let mc = MC.min(m - ic);
                     if !direct {
                         pack_a(pa, a, ic, mc, pc, kc);
+                    } else if mc % MR != 0 {
+                        // In place, only the last partial panel is packed (zero-padded), once per block.
+                        let last = mc - mc % MR;
+                        pack_a(pa, a, ic + last, mc - last, pc, kc);
                     }
                     for jr in (0..nc).step_by(NR) {
                         let nr = NR.min(nc - jr);
@@ -63,17 +67,16 @@ pub unsafe fn gemm(c: *mut f32, ldc: usize, a: View, b: View, accumulate: bool, 
                                 }
                                 continue;
                             }
-                            // Edge tile: pack its rows (zero-padded), compute the full
-                            // tile aside, then write back the valid part.
-                            let mut ta = [0f32; MR * KC];
-                            let ap = if direct {
-                                pack_a(&mut ta, a, ic + ir, mr, pc, kc);
-                                ta.as_ptr()
-                            } else {
-                                pa.as_ptr().add(ir * kc)
-                            };
+                            // Edge tile: compute the full tile aside (B and the partial A
+                            // panel are zero-padded), then write back the valid part.
                             let mut tmp = [0f32; MR * NR];
-                            kernel::<false>(kc, ap, 0, bp, tmp.as_mut_ptr(), NR, false, alpha);
+                            if direct && mr == MR {
+                                kernel::<true>(kc, a.data.as_ptr().add((ic + ir) * a.rs + pc), a.rs, bp, tmp.as_mut_ptr(), NR, false, alpha);
+                            } else {
+                                // in place, the one partial panel was packed at the start of `pa`
+                                let ap = if direct { pa.as_ptr() } else { pa.as_ptr().add(ir * kc) };
+                                kernel::<false>(kc, ap, 0, bp, tmp.as_mut_ptr(), NR, false, alpha);
+                            }
                             for i in 0..mr {
                                 for j in 0..nr {
                                     let d = cp.add(i * ldc + j);

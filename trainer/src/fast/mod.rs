@@ -74,6 +74,8 @@ pub struct FastModel {
     pub grads: Vec<Vec<f32>>,
     pub batch: usize,
     ws: Vec<Workspace>,
+    /// Transposed weight matrices, refreshed at each `loss_and_grad`.
+    pt: Vec<Vec<f32>>,
     #[doc(hidden)]
     pub fault: Option<Fault>,
 }
@@ -89,7 +91,7 @@ impl FastModel {
         let params = lay.from_weights(weights, "")?;
         let chunks = threads.clamp(1, batch.max(1));
         let ws = (0..chunks).map(|c| Workspace::new(cfg, batch / chunks + usize::from(c < batch % chunks), lay.zeros())).collect();
-        Ok(Self { cfg: cfg.clone(), grads: lay.zeros(), lay, params, batch, ws, fault: None })
+        Ok(Self { cfg: cfg.clone(), grads: lay.zeros(), lay, params, batch, ws, pt: Vec::new(), fault: None })
     }
 
     /// Mean cross-entropy of the batch (`ids`, `tgt`: batch * block tokens) and
@@ -109,14 +111,15 @@ impl FastModel {
         if let Some(&bad) = ids.iter().chain(tgt).find(|&&t| t as usize >= self.cfg.vocab_size) {
             bail!("token id {bad} is outside the vocabulary of {}", self.cfg.vocab_size);
         }
-        let (cfg, lay, params, fault) = (&self.cfg, &self.lay, &self.params, self.fault);
+        self.lay.transposes(&self.params, &mut self.pt);
+        let (cfg, lay, params, pt, fault) = (&self.cfg, &self.lay, &self.params, &self.pt, self.fault);
         let run = |ws: &mut Workspace, row0: usize| {
             let rows = ws.dims.r;
             let ck: Option<Vec<&[f32]>> = masks.map(|mk| mk.iter().map(|m| &m[row0 * d..(row0 + rows) * d]).collect());
             ws.grads.iter_mut().for_each(|g| g.fill(0.0));
             let (ids, tgt) = (&ids[row0..row0 + rows], &tgt[row0..row0 + rows]);
-            forward::forward(cfg, lay, params, ws, ids, tgt, ck.as_deref(), total);
-            backward::backward(cfg, lay, params, ws, ids, ck.as_deref(), fault);
+            forward::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), total);
+            backward::backward(cfg, lay, params, pt, ws, ids, ck.as_deref(), fault);
         };
         let starts: Vec<usize> = self.ws.iter().scan(0, |acc, w| { let s = *acc; *acc += w.dims.r; Some(s) }).collect();
         let (first, rest) = self.ws.split_first_mut().expect("at least one chunk");

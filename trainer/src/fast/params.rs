@@ -69,6 +69,26 @@ impl Layout {
         self.shapes.iter().map(|s| vec![0.0; s.iter().product()]).collect()
     }
 
+    /// `out[i]` = the transpose of every weight matrix the gemms read as `W^T`
+    /// (all rank-2 parameters but the embeddings), so every gemm's right-hand
+    /// side is row-major and packs with plain copies; empty for the others.
+    pub fn transposes(&self, params: &[Vec<f32>], out: &mut Vec<Vec<f32>>) {
+        out.resize(params.len(), Vec::new());
+        for (i, (p, shape)) in params.iter().zip(&self.shapes).enumerate() {
+            if shape.len() != 2 || i == self.tok || i == self.pos {
+                continue;
+            }
+            let (rows, cols) = (shape[0], shape[1]);
+            let o = &mut out[i];
+            o.resize(rows * cols, 0.0);
+            for r in 0..rows {
+                for c in 0..cols {
+                    o[c * rows + r] = p[r * cols + c];
+                }
+            }
+        }
+    }
+
     /// Reads `prefix + name` for every parameter from `w` (any float dtype) as f32.
     pub fn from_weights(&self, w: &Weights, prefix: &str) -> Result<Vec<Vec<f32>>> {
         self.names

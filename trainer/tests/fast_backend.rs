@@ -13,7 +13,8 @@ use trainer::fast::{Fault, FastModel};
 /// over the l2 norm of the reference, per parameter tensor).
 const TOL: f64 = 1e-4;
 
-const BATCH: usize = 3;
+/// Over `SEQS_PER_CHUNK` (8), so the batch splits into chunks (5 + 5) whose gradients are summed.
+const BATCH: usize = 10;
 
 fn config(arch: Arch, act: Activation, norm: NormKind, eta: EtaKind) -> ModelConfig {
     let mut c = ModelConfig::new(arch, 11, 16, 2, 3, 8);
@@ -147,6 +148,25 @@ fn rmsnorm_free_eta_and_dropout() {
     check(&config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Free), 0.0);
     check(&config(Arch::NrgptFf1, Activation::Gelu, NormKind::RmsNorm, EtaKind::Free), 0.0);
     check(&config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable), 0.2);
+}
+
+/// Thread count changes nothing, to the bit (chunks are fixed, summed in order).
+#[test]
+fn gradients_do_not_depend_on_the_thread_count() {
+    let cfg = config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable);
+    let w = weights(&cfg, 5);
+    let (ids, tgt) = batch(&cfg, 4);
+    let run = |threads| {
+        let mut f = FastModel::new(&cfg, &w, BATCH, threads).unwrap();
+        let loss = f.loss_and_grad(&ids, &tgt, None).unwrap();
+        (loss, f.grads.clone())
+    };
+    let (l1, g1) = run(1);
+    for threads in [2, 3] {
+        let (l, g) = run(threads);
+        assert_eq!(l.to_bits(), l1.to_bits());
+        assert!(g == g1, "{threads} threads changed the gradients");
+    }
 }
 
 /// The check has teeth: leaving out one term of the backward fails it by far.

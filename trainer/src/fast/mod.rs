@@ -1,10 +1,13 @@
 //! The fast backend: NRGPT's forward and hand-derived backward in plain Rust
 //! on f32 slices, for training on the CPU without an autograd graph.
 //!
-//! The batch is cut into one chunk of whole sequences per thread; each chunk
-//! runs forward + backward on its own preallocated `Workspace` with
-//! single-threaded gemms (attention and norms never cross sequences), and the
-//! chunks' gradients are summed in a fixed order, so results are deterministic.
+//! The batch is cut into chunks of whole sequences (a fixed size, independent
+//! of the thread count); each chunk runs forward + backward on its own
+//! preallocated `Workspace` with single-threaded gemms (attention and norms
+//! never cross sequences). Threads take chunks from a shared counter (so a
+//! thread the OS preempts does not hold the others up), and the chunks'
+//! gradients are summed in chunk order: results are deterministic and the
+//! same for any number of threads.
 //! It computes exactly the function of the core crate's `Model::forward` +
 //! `cross_entropy`; trainer/tests/fast_backend.rs checks every gradient against
 //! candle's autograd.
@@ -18,6 +21,9 @@ pub mod kernel512;
 pub mod math;
 pub mod params;
 pub mod workspace;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use anyhow::{bail, Result};
 use nrgpt_web::model::Weights;
@@ -56,6 +62,10 @@ pub fn unsupported(cfg: &ModelConfig) -> Option<String> {
     None
 }
 
+/// Sequences per chunk: 8 x 64 = 512 rows keeps the gemms large and gives
+/// the default batch of 32 four chunks to share between threads.
+pub const SEQS_PER_CHUNK: usize = 8;
+
 /// Worker threads: RAYON_NUM_THREADS if set, else the available cores.
 pub fn num_threads() -> usize {
     std::env::var("RAYON_NUM_THREADS")
@@ -73,7 +83,9 @@ pub struct FastModel {
     /// dL/dparam of the last `loss_and_grad`, same layout.
     pub grads: Vec<Vec<f32>>,
     pub batch: usize,
-    ws: Vec<Workspace>,
+    /// One per chunk (a Mutex only to hand each to one thread; never contended).
+    ws: Vec<Mutex<Workspace>>,
+    threads: usize,
     /// Transposed weight matrices, refreshed at each `loss_and_grad`.
     pt: Vec<Vec<f32>>,
     #[doc(hidden)]
@@ -89,9 +101,15 @@ impl FastModel {
         cfg.validate()?;
         let lay = Layout::new(cfg)?;
         let params = lay.from_weights(weights, "")?;
-        let chunks = threads.clamp(1, batch.max(1));
-        let ws = (0..chunks).map(|c| Workspace::new(cfg, batch / chunks + usize::from(c < batch % chunks), lay.zeros())).collect();
-        Ok(Self { cfg: cfg.clone(), grads: lay.zeros(), lay, params, batch, ws, pt: Vec::new(), fault: None })
+        if batch == 0 {
+            bail!("batch must be positive");
+        }
+        let chunks = batch.div_ceil(SEQS_PER_CHUNK);
+        let ws = (0..chunks)
+            .map(|c| Mutex::new(Workspace::new(cfg, batch / chunks + usize::from(c < batch % chunks), lay.zeros())))
+            .collect();
+        let threads = threads.clamp(1, chunks);
+        Ok(Self { cfg: cfg.clone(), grads: lay.zeros(), lay, params, batch, ws, threads, pt: Vec::new(), fault: None })
     }
 
     /// Mean cross-entropy of the batch (`ids`, `tgt`: batch * block tokens) and
@@ -121,25 +139,38 @@ impl FastModel {
             forward::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), total);
             backward::backward(cfg, lay, params, pt, ws, ids, ck.as_deref(), fault);
         };
-        let starts: Vec<usize> = self.ws.iter().scan(0, |acc, w| { let s = *acc; *acc += w.dims.r; Some(s) }).collect();
-        let (first, rest) = self.ws.split_first_mut().expect("at least one chunk");
-        std::thread::scope(|sc| {
-            for (w, &s) in rest.iter_mut().zip(&starts[1..]) {
-                sc.spawn(move || run(w, s));
+        let starts: Vec<usize> = self
+            .ws
+            .iter_mut()
+            .scan(0, |acc, w| {
+                let s = *acc;
+                *acc += w.get_mut().unwrap().dims.r;
+                Some(s)
+            })
+            .collect();
+        let (ws, next) = (&self.ws, AtomicUsize::new(0));
+        let work = || loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= ws.len() {
+                break;
             }
-            run(first, 0);
+            run(&mut ws[i].lock().unwrap(), starts[i]);
+        };
+        std::thread::scope(|sc| {
+            for _ in 1..self.threads {
+                sc.spawn(work);
+            }
+            work();
         });
-        // Sum the chunks' gradients in a fixed order.
-        let mut loss = 0.0;
+        // Sum the chunks' gradients in chunk order.
+        let ws: Vec<&Workspace> = self.ws.iter_mut().map(|w| &*w.get_mut().unwrap()).collect();
         for (i, g) in self.grads.iter_mut().enumerate() {
-            g.copy_from_slice(&self.ws[0].grads[i]);
-            for w in &self.ws[1..] {
+            g.copy_from_slice(&ws[0].grads[i]);
+            for w in &ws[1..] {
                 g.iter_mut().zip(&w.grads[i]).for_each(|(a, b)| *a += b);
             }
         }
-        for w in &self.ws {
-            loss += w.loss_sum;
-        }
+        let loss: f64 = ws.iter().map(|w| w.loss_sum).sum();
         Ok(loss / total as f64)
     }
 

@@ -11,7 +11,7 @@ use nrgpt_web::{Arch, EtaKind, ModelConfig};
 
 use super::forward::scale_heads;
 use super::gemm::{mm, mm_ld, View};
-use super::math::{col_sum_into, ff2w_act_bwd, norm_bwd};
+use super::math::{col_sum_into, ff2w_act_bwd, norm_bwd, softmax_vjp, stable_eta_bwd};
 use super::params::Layout;
 use super::workspace::{Dims, Workspace};
 
@@ -55,17 +55,7 @@ pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>]
             EtaKind::Stable => {
                 // update = c gamma dE/dg: G = c gamma dU, dgamma += c dU dE/dg, dlog_c = sum dU * update
                 let c = (p[lay.log_c.unwrap()][0] as f64).exp() as f32;
-                let mut dlogc = 0.0f64;
-                let dgam = &mut grads[lay.gamma];
-                for ((gdr, du), gr) in gd.chunks_exact_mut(d).zip(tmp_d.chunks_exact(d)).zip(st.grad.chunks_exact(d)) {
-                    let mut acc = 0.0f32;
-                    for i in 0..d {
-                        gdr[i] = c * gamma[i] * du[i];
-                        dgam[i] += c * du[i] * gr[i];
-                        acc += du[i] * gr[i] * gamma[i];
-                    }
-                    dlogc += (acc * c) as f64;
-                }
+                let dlogc = stable_eta_bwd(c, gamma, tmp_d, &st.grad, d, gd, &mut grads[lay.gamma]);
                 grads[lay.log_c.unwrap()][0] += dlogc as f32;
             }
             EtaKind::Free => {
@@ -116,11 +106,7 @@ pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>]
                     mm(nn, dcv, kv.t(), false, 1.0);
                 }
                 // dS = beta P * (dP - sum_j P dP), softmax VJP (zero where masked and in row 0)
-                for a in 0..n {
-                    let (pr, dr) = (&pb[a * n..(a + 1) * n], &mut nn[a * n..(a + 1) * n]);
-                    let dot: f32 = pr.iter().zip(dr.iter()).map(|(x, y)| x * y).sum();
-                    dr.iter_mut().zip(pr).for_each(|(y, x)| *y = beta * x * (*y - dot));
-                }
+                softmax_vjp(pb, nn, n, beta);
                 // S = q k^T (beta folded above): dq = dS k, dk += dS^T q
                 let dsv = View::rm(nn, n, n);
                 mm_ld(&mut dq[off..], hd, dsv, kv, false, 1.0);

@@ -233,3 +233,32 @@ pub fn ff2w_act_bwd(ta: &mut [f32], tb: &mut [f32], ds: &[f32], dds: &[f32], v: 
         }
     })
 }
+
+/// Softmax VJP on an n x n block, times beta: dS = beta P * (dP - sum_j P dP)
+/// per row (`dp` in, dS out; zero wherever P is, i.e. masked and row 0).
+pub fn softmax_vjp(p: &[f32], dp: &mut [f32], n: usize, beta: f32) {
+    with_avx2!({
+        for (pr, dr) in p.chunks_exact(n).zip(dp.chunks_exact_mut(n)) {
+            let dot: f32 = pr.iter().zip(dr.iter()).map(|(x, y)| x * y).sum();
+            dr.iter_mut().zip(pr).for_each(|(y, x)| *y = beta * x * (*y - dot));
+        }
+    })
+}
+
+/// Stable eta backward, update = c gamma dE/dg: with dU = dL/d(update),
+/// G = c gamma dU (into `g_out`), dgamma += c dU dE/dg; returns dL/dlog_c = sum dU * update.
+pub fn stable_eta_bwd(c: f32, gamma: &[f32], du: &[f32], grad: &[f32], d: usize, g_out: &mut [f32], dgamma: &mut [f32]) -> f64 {
+    with_avx2!({
+        let mut dlogc = 0.0f64;
+        for ((gr_out, dur), gr) in g_out.chunks_exact_mut(d).zip(du.chunks_exact(d)).zip(grad.chunks_exact(d)) {
+            let mut acc = 0.0f32;
+            for i in 0..d {
+                gr_out[i] = c * gamma[i] * dur[i];
+                dgamma[i] += c * dur[i] * gr[i];
+                acc += dur[i] * gr[i] * gamma[i];
+            }
+            dlogc += (acc * c) as f64;
+        }
+        dlogc
+    })
+}

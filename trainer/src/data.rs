@@ -27,6 +27,12 @@ impl Corpus {
 
 /// `batch` random windows of `block + 1` tokens: inputs (B, block) and targets shifted by one.
 pub fn random_batch(data: &[u32], batch: usize, block: usize, rng: &mut Rng64, dev: &Device) -> Result<(Tensor, Tensor)> {
+    let (x, y) = random_batch_ids(data, batch, block, rng)?;
+    Ok((Tensor::from_vec(x, (batch, block), dev)?, Tensor::from_vec(y, (batch, block), dev)?))
+}
+
+/// The same windows as `random_batch` (same draws), as flat id vectors.
+pub fn random_batch_ids(data: &[u32], batch: usize, block: usize, rng: &mut Rng64) -> Result<(Vec<u32>, Vec<u32>)> {
     if data.len() <= block + 1 {
         bail!("split of {} tokens is shorter than the block size {block}", data.len());
     }
@@ -37,7 +43,7 @@ pub fn random_batch(data: &[u32], batch: usize, block: usize, rng: &mut Rng64, d
         x.extend_from_slice(&data[start..start + block]);
         y.extend_from_slice(&data[start + 1..start + block + 1]);
     }
-    Ok((Tensor::from_vec(x, (batch, block), dev)?, Tensor::from_vec(y, (batch, block), dev)?))
+    Ok((x, y))
 }
 
 /// Non-overlapping windows covering the whole split (the last, shorter one dropped).

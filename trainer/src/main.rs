@@ -12,6 +12,7 @@ use nrgpt_web::{Activation, Arch, Checkpoint, EtaKind, ModelConfig, NormKind, Vo
 use trainer::data::Corpus;
 use trainer::eval::{full_loss, monotone_fraction};
 use trainer::export::export;
+use trainer::fast::Backend;
 use trainer::train::{run, RunPaths, Start, TrainSettings};
 use trainer::vocab_file::tokenizer_json;
 
@@ -116,6 +117,9 @@ struct TrainArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// auto (fast when the config is supported, else candle) | candle | fast
+    #[arg(long, default_value = "auto")]
+    backend: Backend,
 }
 
 #[derive(Args)]
@@ -230,7 +234,7 @@ fn train(a: TrainArgs) -> Result<()> {
     };
     let paths = RunPaths { dir: a.out.unwrap_or_else(|| PathBuf::from("runs").join(a.model.name())) };
     let start = if a.resume { Start::Resume { iters: a.iters } } else { Start::Fresh(cfg, settings) };
-    let out = run(&corpus, &vocab, start, &paths, a.quiet)?;
+    let out = run(&corpus, &vocab, start, &paths, a.quiet, a.backend)?;
     println!(
         "done: train {:.4} val {:.4} | {:.0} tokens/s | checkpoint {}",
         out.train_loss,

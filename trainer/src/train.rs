@@ -14,8 +14,9 @@ use nrgpt_web::rng::Rng64;
 use nrgpt_web::{Checkpoint, ForwardOpts, Model, ModelConfig, Vocab};
 use serde::{Deserialize, Serialize};
 
-use crate::data::{random_batch, Corpus};
+use crate::data::{random_batch, random_batch_ids, Corpus};
 use crate::eval::estimate_loss;
+use crate::fast::{self, Backend, FastModel};
 use crate::optim::{lr_at, AdamW};
 
 /// Everything that defines a run besides the model config; saved in the
@@ -74,12 +75,108 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn save(paths: &RunPaths, cfg: &ModelConfig, vocab: &Vocab, vars: &[(String, Var)], opt: &AdamW, state: &TrainState) -> Result<()> {
-    let weights: Weights = vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
+fn save(paths: &RunPaths, cfg: &ModelConfig, vocab: &Vocab, engine: &Engine, state: &TrainState) -> Result<()> {
     let mut meta = BTreeMap::new();
     meta.insert("train_state".to_string(), serde_json::to_string(state)?);
-    let ck = Checkpoint { config: cfg.clone(), vocab: vocab.clone(), weights, extra: opt.state(), meta };
+    let ck = Checkpoint { config: cfg.clone(), vocab: vocab.clone(), weights: engine.weights()?, extra: engine.opt_state()?, meta };
     write_atomic(&paths.ckpt(), &ck.to_bytes()?)
+}
+
+/// The model and optimizer of one backend: candle autograd on `Var`s, or the
+/// fast backend's hand-written backward on flat f32 buffers. Both save the
+/// same checkpoint (parameter names, `opt.m.*` / `opt.v.*` moments).
+enum Engine {
+    Candle { vars: Vec<(String, Var)>, model: Model, opt: AdamW },
+    Fast { model: Box<FastModel>, opt: fast::adamw::AdamW },
+}
+
+impl Engine {
+    fn new(cfg: &ModelConfig, weights: &Weights, s: &TrainSettings, backend: Backend) -> Result<Self> {
+        let use_fast = match backend {
+            Backend::Candle => false,
+            Backend::Auto => fast::unsupported(cfg).is_none(),
+            Backend::Fast => match fast::unsupported(cfg) {
+                Some(why) => bail!("--backend fast: {why}"),
+                None => true,
+            },
+        };
+        if use_fast {
+            let model = FastModel::new(cfg, weights, s.batch, fast::num_threads())?;
+            let opt = fast::adamw::AdamW::new(&model.lay, s.weight_decay);
+            return Ok(Engine::Fast { model: Box::new(model), opt });
+        }
+        let vars: Vec<(String, Var)> = weights.iter().map(|(n, t)| Ok((n.clone(), Var::from_tensor(t)?))).collect::<Result<_>>()?;
+        let model = Model::new(cfg, &vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect())?;
+        let opt = AdamW::new(vars.clone(), s.weight_decay)?;
+        Ok(Engine::Candle { vars, model, opt })
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Engine::Candle { .. } => "candle",
+            Engine::Fast { .. } => "fast",
+        }
+    }
+
+    /// The current parameters (detached copies).
+    fn weights(&self) -> Result<Weights> {
+        match self {
+            Engine::Candle { vars, .. } => Ok(vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().detach())).collect()),
+            Engine::Fast { model, .. } => model.weights(),
+        }
+    }
+
+    fn opt_state(&self) -> Result<Weights> {
+        match self {
+            Engine::Candle { opt, .. } => Ok(opt.state()),
+            Engine::Fast { model, opt } => opt.state(&model.lay),
+        }
+    }
+
+    fn load_opt_state(&mut self, extra: &Weights, iter: u64) -> Result<()> {
+        match self {
+            Engine::Candle { opt, .. } => opt.load_state(extra, iter),
+            Engine::Fast { model, opt } => opt.load_state(&model.lay, extra, iter),
+        }
+    }
+
+    /// One training iteration on the batch of `iter`: returns (loss, grad norm).
+    fn train_step(&mut self, corpus: &Corpus, cfg: &ModelConfig, s: &TrainSettings, iter: usize, lr: f64) -> Result<(f64, f64)> {
+        let dev = Device::Cpu;
+        let mut rng = Rng64::derive(s.seed, iter as u64);
+        let mut drop = Dropout { p: s.dropout, rng: Rng64::derive(s.seed ^ STREAM_DROPOUT, iter as u64) };
+        match self {
+            Engine::Candle { model, opt, .. } => {
+                let (x, y) = random_batch(&corpus.train, s.batch, cfg.block_size, &mut rng, &dev)?;
+                let logits = model.forward(&x, ForwardOpts { dropout: Some(&mut drop), ..Default::default() })?.logits;
+                let loss = cross_entropy(&logits, &y)?;
+                let grads = loss.backward()?;
+                let (gnorm, clip) = opt.clip_factor(&grads, s.grad_clip)?;
+                opt.step(&grads, lr, clip)?;
+                Ok((loss.to_scalar::<f32>()? as f64, gnorm))
+            }
+            Engine::Fast { model, opt } => {
+                let (x, y) = random_batch_ids(&corpus.train, s.batch, cfg.block_size, &mut rng)?;
+                // The masks the candle path would draw, in its order: embedding, then each step.
+                let shape = [s.batch, cfg.block_size, cfg.d_model];
+                let mut masks = Vec::new();
+                for _ in 0..=cfg.steps {
+                    if let Some(m) = drop.mask(&shape, DType::F32, &dev)? {
+                        masks.push(m.flatten_all()?.to_vec1::<f32>()?);
+                    }
+                }
+                let masks = if masks.is_empty() { None } else { Some(masks) };
+                let loss = model.loss_and_grad(&x, &y, masks.as_deref())?;
+                // Global gradient norm (f64) and the clip factor, as `optim::AdamW::clip_factor`.
+                let sq: f64 = model.grads.iter().flatten().map(|&g| (g as f64) * (g as f64)).sum();
+                let gnorm = sq.sqrt();
+                let clip = if s.grad_clip > 0.0 && gnorm > s.grad_clip { s.grad_clip / gnorm } else { 1.0 };
+                let FastModel { lay, params, grads, .. } = &mut **model;
+                opt.step(lay, params, grads, lr, clip);
+                Ok((loss, gnorm))
+            }
+        }
+    }
 }
 
 /// Keeps the log rows of iterations before `iter` (a resumed run rewrites the rest).
@@ -112,7 +209,7 @@ pub enum Start {
 
 /// Trains a fresh model, or continues the run in `paths` exactly where its
 /// last checkpoint left it.
-pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet: bool) -> Result<Outcome> {
+pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet: bool, backend: Backend) -> Result<Outcome> {
     let dev = Device::Cpu;
     std::fs::create_dir_all(&paths.dir).with_context(|| format!("creating {}", paths.dir.display()))?;
     let (cfg, settings, weights, opt_state) = match start {
@@ -132,12 +229,10 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
     if vocab.len() != cfg.vocab_size {
         bail!("the vocabulary has {} characters but the model expects {}", vocab.len(), cfg.vocab_size);
     }
-    let vars: Vec<(String, Var)> = weights.iter().map(|(n, t)| Ok((n.clone(), Var::from_tensor(t)?))).collect::<Result<_>>()?;
-    let model = Model::new(&cfg, &vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect())?;
-    let mut opt = AdamW::new(vars.clone(), settings.weight_decay)?;
+    let mut engine = Engine::new(&cfg, &weights, &settings, backend)?;
     let start = match opt_state {
         Some((extra, iter)) => {
-            opt.load_state(&extra, iter as u64)?;
+            engine.load_opt_state(&extra, iter as u64)?;
             truncate_log(&paths.log(), iter)?;
             iter
         }
@@ -152,7 +247,7 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
     pb.set_style(ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]")?);
     pb.set_position(start as u64);
     eprintln!(
-        "{} | {} params | d={} heads={} steps={} block={} batch={} | {} iters from {}",
+        "{} | {} params | d={} heads={} steps={} block={} batch={} | {} iters from {} | {} backend",
         cfg.arch.name(),
         num_params(&cfg),
         cfg.d_model,
@@ -161,19 +256,16 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
         cfg.block_size,
         s.batch,
         s.iters,
-        start
+        start,
+        engine.name()
     );
-    let eval_model = || -> Result<Model> {
-        let w: Weights = vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().detach())).collect();
-        Ok(Model::new(&cfg, &w)?)
-    };
     let t0 = Instant::now();
     let mut trained_tokens = 0usize;
     let mut train_time = 0.0f64;
     let (mut last_train, mut last_val) = (f64::NAN, f64::NAN);
     for iter in start..=s.iters {
         if iter % s.eval_every == 0 || iter == s.iters {
-            let m = eval_model()?;
+            let m = Model::new(&cfg, &engine.weights()?)?;
             last_train = estimate_loss(&m, &corpus.train, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
             last_val = estimate_loss(&m, &corpus.val, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
             writeln!(log, "{iter},,,,{last_train},{last_val},,{:.3}", t0.elapsed().as_secs_f64())?;
@@ -184,22 +276,14 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
                 pb.println(line);
             }
             let state = TrainState { iter, settings: s.clone(), train_loss: Some(last_train), val_loss: Some(last_val) };
-            save(paths, &cfg, vocab, &vars, &opt, &state)?;
+            save(paths, &cfg, vocab, &engine, &state)?;
         }
         if iter == s.iters {
             break;
         }
         let step_t = Instant::now();
-        let mut rng = Rng64::derive(s.seed, iter as u64);
-        let (x, y) = random_batch(&corpus.train, s.batch, cfg.block_size, &mut rng, &dev)?;
-        let mut drop = Dropout { p: s.dropout, rng: Rng64::derive(s.seed ^ STREAM_DROPOUT, iter as u64) };
-        let logits = model.forward(&x, ForwardOpts { dropout: Some(&mut drop), ..Default::default() })?.logits;
-        let loss = cross_entropy(&logits, &y)?;
-        let grads = loss.backward()?;
-        let (gnorm, clip) = opt.clip_factor(&grads, s.grad_clip)?;
         let lr = lr_at(iter, s.lr, s.min_lr, s.warmup, s.iters);
-        opt.step(&grads, lr, clip)?;
-        let loss_v = loss.to_scalar::<f32>()? as f64;
+        let (loss_v, gnorm) = engine.train_step(corpus, &cfg, s, iter, lr)?;
         if !loss_v.is_finite() {
             bail!("loss became {loss_v} at iteration {iter}; try a lower --lr");
         }

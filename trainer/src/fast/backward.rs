@@ -1,0 +1,178 @@
+//! Hand-derived backward of one chunk: from dL/dlogits (left by the forward)
+//! back through the readout, the T descent steps (through the analytic energy
+//! gradients, so second-order terms such as s''(u) appear) and the embedding.
+//! Accumulates into `ws.grads` (which the caller zeroes).
+//!
+//! Per step, with D := dL/dx(t+1) and G := dL/d(dE/dg):
+//!   x(t+1) = x(t) - mask * eta(dE/dg(g)),  g = N(x(t))
+//!   => dL/dx(t) = D + J_N^T dL/dg, and dL/dg collects every path of g below.
+
+use nrgpt_web::{Arch, EtaKind, ModelConfig};
+
+use super::forward::scale_heads;
+use super::gemm::{mm, mm_ld, View};
+use super::math::{col_sum_into, ff2w_act_bwd, norm_bwd, softmax_vjp, stable_eta_bwd};
+use super::params::Layout;
+use super::workspace::{Dims, Workspace};
+
+/// Test-only sabotage of one backward term, to show the gradient check catches it.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Leave out the s''(u) (second-order activation) term.
+    NoSecondOrder,
+    /// Leave out the softmax path dL/dP of the attention.
+    NoSoftmaxPath,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>, fault: Option<Fault>) {
+    let Dims { nb, n, r, d, h, dh, hd, m, v, steps } = ws.dims;
+    let beta = 1.0 / (dh as f32).sqrt();
+    let Workspace { tape, xh_out, rstd_out, g_out, probs, dx, dg, gd, fd, tmp_d, tmp_hd, dq, dk, ta, tb, nn, grads, .. } = ws;
+    let (gamma, wq, wk, alpha, w1) = (&p[lay.gamma], &p[lay.wq], &p[lay.wk], &p[lay.alpha], &p[lay.w1]);
+    let ff_scale = p[lay.ff_scale][0];
+
+    // Readout: logits = g_out W^T + b
+    // dW_out = dlogits^T g_out, db = sum dlogits, dg_out = dlogits W_out
+    let dl = View::rm(probs, r, v);
+    mm(&mut grads[lay.head_w], dl.t(), View::rm(g_out, r, d), true, 1.0);
+    col_sum_into(probs, v, &mut grads[lay.head_b], 1.0);
+    mm(tmp_d, dl, View::rm(&p[lay.head_w], v, d), false, 1.0);
+    dx.fill(0.0);
+    norm_bwd(cfg.norm, tmp_d, xh_out, rstd_out, &p[lay.out_gamma], d, dx, &mut grads[lay.out_gamma]);
+
+    for t in (0..steps).rev() {
+        let st = &tape[t];
+        let mask = masks.map(|mk| mk[t + 1]);
+        // dL/d(update) = -D * mask   (x(t+1) = x(t) - mask * update); into tmp_d
+        match mask {
+            Some(mk) => (0..r * d).for_each(|i| tmp_d[i] = -dx[i] * mk[i]),
+            None => (0..r * d).for_each(|i| tmp_d[i] = -dx[i]),
+        }
+        // G = dL/d(dE/dg)
+        match cfg.eta {
+            EtaKind::Stable => {
+                // update = c gamma dE/dg: G = c gamma dU, dgamma += c dU dE/dg, dlog_c = sum dU * update
+                let c = (p[lay.log_c.unwrap()][0] as f64).exp() as f32;
+                let dlogc = stable_eta_bwd(c, gamma, tmp_d, &st.grad, d, gd, &mut grads[lay.gamma]);
+                grads[lay.log_c.unwrap()][0] += dlogc as f32;
+            }
+            EtaKind::Free => {
+                // update = dE/dg W^T: G = dU W, dW += dU^T dE/dg
+                let ew = lay.eta_w.unwrap();
+                mm(gd, View::rm(tmp_d, r, d), View::rm(&p[ew], d, d), false, 1.0);
+                mm(&mut grads[ew], View::rm(tmp_d, r, d).t(), View::rm(&st.grad, r, d), true, 1.0);
+            }
+        }
+        // dE/dg = A + ff_scale F: d ff_scale = sum G * F, dL/dF = ff_scale G (into fd)
+        let mut dfs = 0.0f64;
+        for (gr, fr) in gd.chunks_exact(d).zip(st.gff.chunks_exact(d)) {
+            dfs += gr.iter().zip(fr).map(|(a, b)| a * b).sum::<f32>() as f64;
+        }
+        grads[lay.ff_scale][0] += dfs as f32;
+        fd.iter_mut().zip(gd.iter()).for_each(|(f, g)| *f = ff_scale * g);
+
+        // ---- attention: A = -(alpha C) Wq, C_h = P_h k_h, P_h = softmax(beta q_h k_h^T) ----
+        let gdv = View::rm(gd, r, d);
+        // dWq += -(alpha C)^T G
+        scale_heads(&st.c, alpha, dh, tmp_hd);
+        mm(&mut grads[lay.wq], View::rm(tmp_hd, r, hd).t(), gdv, true, -1.0);
+        // d(alpha C) = -G Wq^T (into tmp_hd); dalpha_h = sum d(alpha C)_h * C_h; dC = alpha d(alpha C)
+        mm(tmp_hd, gdv, View::rm(&pt[lay.wq], d, hd), false, -1.0);
+        let dal = &mut grads[lay.alpha];
+        for (dr, cr) in tmp_hd.chunks_exact_mut(hd).zip(st.c.chunks_exact(hd)) {
+            for hh in 0..h {
+                let mut acc = 0.0f32;
+                for j in hh * dh..(hh + 1) * dh {
+                    acc += dr[j] * cr[j];
+                    dr[j] *= alpha[hh];
+                }
+                dal[hh] += acc;
+            }
+        }
+        for b in 0..nb {
+            for hh in 0..h {
+                let off = b * n * hd + hh * dh;
+                let pb = &st.p[(b * h + hh) * n * n..(b * h + hh + 1) * n * n];
+                let (qv, kv) = (View::strided(&st.q[off..], n, dh, hd), View::strided(&st.k[off..], n, dh, hd));
+                let dcv = View::strided(&tmp_hd[off..], n, dh, hd);
+                // dk = P^T dC
+                mm_ld(&mut dk[off..], hd, View::rm(pb, n, n).t(), dcv, false, 1.0);
+                if fault == Some(Fault::NoSoftmaxPath) {
+                    nn.fill(0.0);
+                } else {
+                    // dP = dC k^T
+                    mm(nn, dcv, kv.t(), false, 1.0);
+                }
+                // dS = beta P * (dP - sum_j P dP), softmax VJP (zero where masked and in row 0)
+                softmax_vjp(pb, nn, n, beta);
+                // S = q k^T (beta folded above): dq = dS k, dk += dS^T q
+                let dsv = View::rm(nn, n, n);
+                mm_ld(&mut dq[off..], hd, dsv, kv, false, 1.0);
+                mm_ld(&mut dk[off..], hd, dsv.t(), qv, true, 1.0);
+            }
+        }
+        let gv = View::rm(&st.g, r, d);
+        // q = g Wq^T, k = g Wk^T: dg = dq Wq + dk Wk, dWq += dq^T g, dWk += dk^T g
+        mm(dg, View::rm(dq, r, hd), View::rm(wq, hd, d), false, 1.0);
+        mm(dg, View::rm(dk, r, hd), View::rm(wk, hd, d), true, 1.0);
+        mm(&mut grads[lay.wq], View::rm(dq, r, hd).t(), gv, true, 1.0);
+        mm(&mut grads[lay.wk], View::rm(dk, r, hd).t(), gv, true, 1.0);
+
+        // ---- feed-forward, with F' := dL/d(dE_FF/dg) in fd ----
+        let fdv = View::rm(fd, r, d);
+        let no2 = fault == Some(Fault::NoSecondOrder);
+        match cfg.arch {
+            Arch::NrgptFf2w => {
+                let (w2, b2) = (lay.w2.unwrap(), lay.b2.unwrap());
+                let [fs, fds, fdds, fv, fz] = &st.f;
+                // dE_FF/dg = -(W2 s + b2) - W1^T z, z = s' * v, v = W2^T g, u = W1 g + b1
+                // ta = F' W2 (= -dL/ds), tb = F' W1^T (= -dL/dz)
+                mm(ta, fdv, View::rm(&p[w2], d, m), false, 1.0);
+                mm(tb, fdv, View::rm(&pt[lay.w1], d, m), false, 1.0);
+                // dL/dv = -tb s'  (into tb);  dL/du = -(ta s' + tb v s'')  (into ta)
+                ff2w_act_bwd(ta, tb, fds, fdds, fv, !no2);
+                let (tav, tbv) = (View::rm(ta, r, m), View::rm(tb, r, m));
+                // dg += dL/dv W2^T + dL/du W1
+                mm(dg, tbv, View::rm(&pt[w2], m, d), true, 1.0);
+                mm(dg, tav, View::rm(w1, m, d), true, 1.0);
+                // dW2 += -F'^T s + g^T dL/dv ; db2 += -sum F'
+                mm(&mut grads[w2], fdv.t(), View::rm(fs, r, m), true, -1.0);
+                mm(&mut grads[w2], gv.t(), tbv, true, 1.0);
+                col_sum_into(fd, d, &mut grads[b2], -1.0);
+                // dW1 += -z^T F' + dL/du^T g ; db1 += sum dL/du
+                mm(&mut grads[lay.w1], View::rm(fz, r, m).t(), fdv, true, -1.0);
+                mm(&mut grads[lay.w1], tav.t(), gv, true, 1.0);
+                col_sum_into(ta, m, &mut grads[lay.b1], 1.0);
+            }
+            Arch::NrgptFf1 => {
+                let [fw, fh, ..] = &st.f;
+                // dE_FF/dg = -2 W^T w, w = s s': dL/dw = -2 F' W^T, dW += -2 w^T F'
+                mm(ta, fdv, View::rm(&pt[lay.w1], d, m), false, -2.0);
+                mm(&mut grads[lay.w1], View::rm(fw, r, m).t(), fdv, true, -2.0);
+                // dL/du = dL/dw (s'^2 + s s'')
+                ta.iter_mut().zip(fh.iter()).for_each(|(a, hc)| *a *= hc);
+                let tav = View::rm(ta, r, m);
+                // u = W g + b: dg += dL/du W, dW += dL/du^T g, db += sum dL/du
+                mm(dg, tav, View::rm(w1, m, d), true, 1.0);
+                mm(&mut grads[lay.w1], tav.t(), gv, true, 1.0);
+                col_sum_into(ta, m, &mut grads[lay.b1], 1.0);
+            }
+            _ => unreachable!("fast backend runs NRGPT only"),
+        }
+        // g = N(x): dx(t) = D + J_N^T dg, dgamma += dg * xh
+        norm_bwd(cfg.norm, dg, &st.xh, &st.rstd, gamma, d, dx, &mut grads[lay.gamma]);
+    }
+
+    // x(0) = mask * (tok_emb[id] + pos_emb[pos])
+    if let Some(mk) = masks {
+        dx.iter_mut().zip(mk[0]).for_each(|(x, k)| *x *= k);
+    }
+    for row in 0..r {
+        let (t, ps) = (ids[row] as usize, row % n);
+        let src = &dx[row * d..(row + 1) * d];
+        grads[lay.tok][t * d..(t + 1) * d].iter_mut().zip(src).for_each(|(g, s)| *g += s);
+        grads[lay.pos][ps * d..(ps + 1) * d].iter_mut().zip(src).for_each(|(g, s)| *g += s);
+    }
+}

@@ -1,0 +1,264 @@
+//! Element-wise kernels on f32 slices: a fast exp, the activations with their
+//! first and second derivatives, the norms and their vector-Jacobian products.
+//! Written as straight loops without branches so LLVM vectorises them.
+
+use nrgpt_web::{Activation, NormKind};
+
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+const LN2_HI: f32 = 0.693_145_75;
+const LN2_LO: f32 = 1.428_606_8e-6;
+/// 1.5 * 2^23: adding it rounds to the nearest integer, held in the low mantissa bits.
+const ROUND: f32 = 12_582_912.0;
+
+/// e^x to ~1 ulp for x in [-87, 88] (clamped outside): x = k ln2 + r,
+/// |r| <= ln2/2, e^r by its degree-7 Taylor polynomial, 2^k from the exponent bits.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    let x = x.clamp(-87.0, 88.0);
+    // (plain mul + add: `mul_add` is a libm call on targets without FMA)
+    let t = x * LOG2E + ROUND;
+    let kf = t - ROUND;
+    let k = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
+    let r = (x - kf * LN2_HI) - kf * LN2_LO;
+    // e^r = sum_{i<=7} r^i / i!  (Horner)
+    let mut p = 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    p * f32::from_bits(((k + 127) << 23) as u32)
+}
+
+const INV_SQRT_2PI: f32 = 0.398_942_3;
+const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
+
+/// Runs `$body` compiled for AVX2 + FMA when the CPU has them (the default
+/// x86-64 target only assumes SSE2), else as is. `$body` must be safe code.
+macro_rules! with_avx2 {
+    ($body:block) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn fast<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                // SAFETY: the features were detected at run time.
+                return unsafe { fast(|| $body) };
+            }
+        }
+        $body
+    }};
+}
+
+/// (s(u), s'(u), s''(u)) for the activation.
+/// GELU(u) = u Phi(u); GELU' = Phi + u phi; GELU'' = phi (2 - u^2).
+/// Phi via erf (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7), sharing exp(-u^2/2) with phi.
+#[inline(always)]
+pub fn act3(act: Activation, u: f32) -> (f32, f32, f32) {
+    match act {
+        Activation::Gelu => {
+            let e = exp(-0.5 * u * u); // exp(-z^2), z = u / sqrt 2
+            let phi = e * INV_SQRT_2PI;
+            let z = (u * FRAC_1_SQRT_2).abs();
+            let t = 1.0 / (1.0 + 0.327_591_1 * z);
+            let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
+            let erf_abs = 1.0 - poly * e;
+            let erf = if u < 0.0 { -erf_abs } else { erf_abs };
+            let cdf = 0.5 * (1.0 + erf);
+            (u * cdf, cdf + u * phi, phi * (2.0 - u * u))
+        }
+        // ReLU: s = max(u, 0), s' = [u > 0], s'' = 0
+        Activation::Relu => {
+            let on = if u > 0.0 { 1.0 } else { 0.0 };
+            (u * on, on, 0.0)
+        }
+    }
+}
+
+/// g = gamma * xh per row of width d; LayerNorm xh = (x - mean) / sqrt(var + eps),
+/// RMSNorm xh = x / sqrt(mean x^2 + eps). Keeps xh and 1/scale for the backward.
+pub fn norm_fwd(kind: NormKind, x: &[f32], gamma: &[f32], eps: f32, d: usize, xh: &mut [f32], rstd: &mut [f32], g: &mut [f32]) {
+    with_avx2!({ for (r, xr) in x.chunks_exact(d).enumerate() {
+        let mean = match kind {
+            NormKind::LayerNorm => xr.iter().sum::<f32>() / d as f32,
+            NormKind::RmsNorm => 0.0,
+        };
+        let var = xr.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+        let rs = 1.0 / (var + eps).sqrt();
+        rstd[r] = rs;
+        let (xhr, gr) = (&mut xh[r * d..(r + 1) * d], &mut g[r * d..(r + 1) * d]);
+        for i in 0..d {
+            xhr[i] = (xr[i] - mean) * rs;
+            gr[i] = xhr[i] * gamma[i];
+        }
+    } })
+}
+
+/// dx += J_N^T dg and dgamma += dg * xh. With u = gamma * dg:
+/// LayerNorm J^T dg = (u - mean u - xh mean(u xh)) / s; RMSNorm (u - xh mean(u xh)) / r.
+pub fn norm_bwd(kind: NormKind, dg: &[f32], xh: &[f32], rstd: &[f32], gamma: &[f32], d: usize, dx: &mut [f32], dgamma: &mut [f32]) {
+    with_avx2!({ for (r, dgr) in dg.chunks_exact(d).enumerate() {
+        let xhr = &xh[r * d..(r + 1) * d];
+        let (mut su, mut sux) = (0.0f32, 0.0f32);
+        for i in 0..d {
+            let u = gamma[i] * dgr[i];
+            su += u;
+            sux += u * xhr[i];
+            dgamma[i] += dgr[i] * xhr[i];
+        }
+        let mu = if kind == NormKind::LayerNorm { su / d as f32 } else { 0.0 };
+        let mux = sux / d as f32;
+        let dxr = &mut dx[r * d..(r + 1) * d];
+        for i in 0..d {
+            dxr[i] += rstd[r] * (gamma[i] * dgr[i] - mu - xhr[i] * mux);
+        }
+    } })
+}
+
+/// out[j] += sum over rows of m (rows x cols).
+pub fn col_sum_into(m: &[f32], cols: usize, out: &mut [f32], scale: f32) {
+    for row in m.chunks_exact(cols) {
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o += scale * v;
+        }
+    }
+}
+
+/// The ff2w activations in place: `s` holds u - b1 on entry; leaves s(u),
+/// s'(u), s''(u) and z = s'(u) * v, row width m.
+pub fn ff2w_act(act: Activation, b1: &[f32], m: usize, s: &mut [f32], ds: &mut [f32], dds: &mut [f32], v: &[f32], z: &mut [f32]) {
+    fn run<const GELU: bool>(b1: &[f32], m: usize, s: &mut [f32], ds: &mut [f32], dds: &mut [f32], v: &[f32], z: &mut [f32]) {
+        with_avx2!({
+            let rows = s.chunks_exact_mut(m).zip(ds.chunks_exact_mut(m)).zip(dds.chunks_exact_mut(m)).zip(v.chunks_exact(m)).zip(z.chunks_exact_mut(m));
+            for ((((s, ds), dds), v), z) in rows {
+                for j in 0..m {
+                    let (a0, a1, a2) = act3(if GELU { Activation::Gelu } else { Activation::Relu }, s[j] + b1[j]);
+                    s[j] = a0;
+                    ds[j] = a1;
+                    dds[j] = a2;
+                    // z = s'(u) * (W2^T g)
+                    z[j] = a1 * v[j];
+                }
+            }
+        })
+    }
+    match act {
+        Activation::Gelu => run::<true>(b1, m, s, ds, dds, v, z),
+        Activation::Relu => run::<false>(b1, m, s, ds, dds, v, z),
+    }
+}
+
+/// The ff1 activations in place: `w` holds u - b1 on entry; leaves w = s s'
+/// and h = (s s')' = s'^2 + s s'', row width m.
+pub fn ff1_act(act: Activation, b1: &[f32], m: usize, w: &mut [f32], h: &mut [f32]) {
+    fn run<const GELU: bool>(b1: &[f32], m: usize, w: &mut [f32], h: &mut [f32]) {
+        with_avx2!({
+            for (w, hc) in w.chunks_exact_mut(m).zip(h.chunks_exact_mut(m)) {
+                for j in 0..m {
+                    let (s, ds, dds) = act3(if GELU { Activation::Gelu } else { Activation::Relu }, w[j] + b1[j]);
+                    w[j] = s * ds;
+                    hc[j] = ds * ds + s * dds;
+                }
+            }
+        })
+    }
+    match act {
+        Activation::Gelu => run::<true>(b1, m, w, h),
+        Activation::Relu => run::<false>(b1, m, w, h),
+    }
+}
+
+/// Softmax over the allowed keys of each row of an n x n score block under
+/// the strict causal mask (key j < query a); row 0 attends to nothing (all zero).
+pub fn softmax_strict(s: &mut [f32], n: usize) {
+    with_avx2!({
+        for a in 0..n {
+            let row = &mut s[a * n..(a + 1) * n];
+            let (allowed, masked) = row.split_at_mut(a);
+            masked.fill(0.0);
+            if a == 0 {
+                continue;
+            }
+            let mx = allowed.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut z = 0.0;
+            for e in allowed.iter_mut() {
+                *e = exp(*e - mx);
+                z += *e;
+            }
+            let inv = 1.0 / z;
+            allowed.iter_mut().for_each(|e| *e *= inv);
+        }
+    })
+}
+
+/// Cross-entropy rows: `logits` (rows x v, bias not yet added) becomes
+/// dL/dlogits = (softmax - onehot) / total; returns sum of lse - logit[target].
+pub fn cross_entropy_rows(logits: &mut [f32], bias: &[f32], tgt: &[u32], v: usize, total: usize) -> f64 {
+    with_avx2!({
+        let inv_n = 1.0 / total as f32;
+        let mut loss = 0.0f64;
+        for (row, lg) in logits.chunks_exact_mut(v).enumerate() {
+            lg.iter_mut().zip(bias).for_each(|(l, b)| *l += b);
+            let mx = lg.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let y = tgt[row] as usize;
+            let picked = lg[y];
+            let mut z = 0.0f32;
+            for l in lg.iter_mut() {
+                *l = exp(*l - mx);
+                z += *l;
+            }
+            // loss = lse(logits) - logit[target]
+            loss += (mx + z.ln() - picked) as f64;
+            let s = inv_n / z;
+            lg.iter_mut().for_each(|l| *l *= s);
+            lg[y] -= inv_n;
+        }
+        loss
+    })
+}
+
+/// The ff2w backward element-wise pass (see backward.rs): on entry ta = F' W2,
+/// tb = F' W1^T; leaves ta = dL/du = -(ta s' + tb v s''), tb = dL/dv = -tb s'.
+pub fn ff2w_act_bwd(ta: &mut [f32], tb: &mut [f32], ds: &[f32], dds: &[f32], v: &[f32], second_order: bool) {
+    with_avx2!({
+        let w = if second_order { 1.0 } else { 0.0 };
+        for i in 0..ta.len() {
+            let second = w * tb[i] * v[i] * dds[i];
+            ta[i] = -(ta[i] * ds[i] + second);
+            tb[i] = -tb[i] * ds[i];
+        }
+    })
+}
+
+/// Softmax VJP on an n x n block, times beta: dS = beta P * (dP - sum_j P dP)
+/// per row (`dp` in, dS out; zero wherever P is, i.e. masked and row 0).
+pub fn softmax_vjp(p: &[f32], dp: &mut [f32], n: usize, beta: f32) {
+    with_avx2!({
+        for (pr, dr) in p.chunks_exact(n).zip(dp.chunks_exact_mut(n)) {
+            let dot: f32 = pr.iter().zip(dr.iter()).map(|(x, y)| x * y).sum();
+            dr.iter_mut().zip(pr).for_each(|(y, x)| *y = beta * x * (*y - dot));
+        }
+    })
+}
+
+/// Stable eta backward, update = c gamma dE/dg: with dU = dL/d(update),
+/// G = c gamma dU (into `g_out`), dgamma += c dU dE/dg; returns dL/dlog_c = sum dU * update.
+pub fn stable_eta_bwd(c: f32, gamma: &[f32], du: &[f32], grad: &[f32], d: usize, g_out: &mut [f32], dgamma: &mut [f32]) -> f64 {
+    with_avx2!({
+        let mut dlogc = 0.0f64;
+        for ((gr_out, dur), gr) in g_out.chunks_exact_mut(d).zip(du.chunks_exact(d)).zip(grad.chunks_exact(d)) {
+            let mut acc = 0.0f32;
+            for i in 0..d {
+                gr_out[i] = c * gamma[i] * dur[i];
+                dgamma[i] += c * dur[i] * gr[i];
+                acc += dur[i] * gr[i] * gamma[i];
+            }
+            dlogc += (acc * c) as f64;
+        }
+        dlogc
+    })
+}

@@ -1,0 +1,186 @@
+//! The fast backend: NRGPT's forward and hand-derived backward in plain Rust
+//! on f32 slices, for training on the CPU without an autograd graph.
+//!
+//! The batch is cut into chunks of whole sequences (a fixed size, independent
+//! of the thread count); each chunk runs forward + backward on its own
+//! preallocated `Workspace` with single-threaded gemms (attention and norms
+//! never cross sequences). Threads take chunks from a shared counter (so a
+//! thread the OS preempts does not hold the others up), and the chunks'
+//! gradients are summed in chunk order: results are deterministic and the
+//! same for any number of threads.
+//! It computes exactly the function of the core crate's `Model::forward` +
+//! `cross_entropy`; trainer/tests/fast_backend.rs checks every gradient against
+//! candle's autograd.
+
+pub mod adamw;
+pub mod backward;
+pub mod forward;
+pub mod gemm;
+#[cfg(target_arch = "x86_64")]
+pub mod kernel512;
+pub mod math;
+pub mod params;
+pub mod workspace;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use anyhow::{bail, Result};
+use nrgpt_web::model::Weights;
+use nrgpt_web::ModelConfig;
+
+pub use backward::Fault;
+use params::Layout;
+use workspace::Workspace;
+
+/// Which implementation trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Fast when the config is supported, candle otherwise.
+    Auto,
+    Candle,
+    Fast,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Backend::Auto),
+            "candle" => Ok(Backend::Candle),
+            "fast" => Ok(Backend::Fast),
+            _ => Err(format!("`{s}`: expected auto, candle or fast")),
+        }
+    }
+}
+
+/// Why the fast backend cannot run `cfg`, if it cannot.
+pub fn unsupported(cfg: &ModelConfig) -> Option<String> {
+    if !cfg.arch.is_nrgpt() {
+        return Some(format!("the fast backend runs NRGPT only, not {}", cfg.arch.name()));
+    }
+    None
+}
+
+/// Sequences per chunk: 8 x 64 = 512 rows keeps the gemms large and gives
+/// the default batch of 32 four chunks to share between threads.
+pub const SEQS_PER_CHUNK: usize = 8;
+
+/// Worker threads: RAYON_NUM_THREADS if set, else the available cores.
+pub fn num_threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+}
+
+pub struct FastModel {
+    pub cfg: ModelConfig,
+    pub lay: Layout,
+    /// Parameters in `param_specs` order (see `lay`).
+    pub params: Vec<Vec<f32>>,
+    /// dL/dparam of the last `loss_and_grad`, same layout.
+    pub grads: Vec<Vec<f32>>,
+    pub batch: usize,
+    /// One per chunk (a Mutex only to hand each to one thread; never contended).
+    ws: Vec<Mutex<Workspace>>,
+    threads: usize,
+    /// Transposed weight matrices, refreshed at each `loss_and_grad`.
+    pt: Vec<Vec<f32>>,
+    #[doc(hidden)]
+    pub fault: Option<Fault>,
+}
+
+impl FastModel {
+    /// A model for batches of `batch` sequences of `cfg.block_size` tokens, on `threads` threads.
+    pub fn new(cfg: &ModelConfig, weights: &Weights, batch: usize, threads: usize) -> Result<Self> {
+        if let Some(why) = unsupported(cfg) {
+            bail!(why);
+        }
+        cfg.validate()?;
+        let lay = Layout::new(cfg)?;
+        let params = lay.from_weights(weights, "")?;
+        if batch == 0 {
+            bail!("batch must be positive");
+        }
+        let chunks = batch.div_ceil(SEQS_PER_CHUNK);
+        let ws = (0..chunks)
+            .map(|c| Mutex::new(Workspace::new(cfg, batch / chunks + usize::from(c < batch % chunks), lay.zeros())))
+            .collect();
+        let threads = threads.clamp(1, chunks);
+        Ok(Self { cfg: cfg.clone(), grads: lay.zeros(), lay, params, batch, ws, threads, pt: Vec::new(), fault: None })
+    }
+
+    /// Mean cross-entropy of the batch (`ids`, `tgt`: batch * block tokens) and
+    /// its gradient into `self.grads`. `masks`: the T+1 dropout masks
+    /// (embedding, then each step), each batch * block * d_model, if dropout is on.
+    pub fn loss_and_grad(&mut self, ids: &[u32], tgt: &[u32], masks: Option<&[Vec<f32>]>) -> Result<f64> {
+        let (n, d) = (self.cfg.block_size, self.cfg.d_model);
+        let total = self.batch * n;
+        if ids.len() != total || tgt.len() != total {
+            bail!("batch of {} tokens, expected {total}", ids.len());
+        }
+        if let Some(mk) = masks {
+            if mk.len() != self.cfg.steps + 1 || mk.iter().any(|m| m.len() != total * d) {
+                bail!("dropout masks have the wrong shape");
+            }
+        }
+        if let Some(&bad) = ids.iter().chain(tgt).find(|&&t| t as usize >= self.cfg.vocab_size) {
+            bail!("token id {bad} is outside the vocabulary of {}", self.cfg.vocab_size);
+        }
+        self.lay.transposes(&self.params, &mut self.pt);
+        let (cfg, lay, params, pt, fault) = (&self.cfg, &self.lay, &self.params, &self.pt, self.fault);
+        let run = |ws: &mut Workspace, row0: usize| {
+            let rows = ws.dims.r;
+            let ck: Option<Vec<&[f32]>> = masks.map(|mk| mk.iter().map(|m| &m[row0 * d..(row0 + rows) * d]).collect());
+            ws.grads.iter_mut().for_each(|g| g.fill(0.0));
+            let (ids, tgt) = (&ids[row0..row0 + rows], &tgt[row0..row0 + rows]);
+            forward::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), total);
+            backward::backward(cfg, lay, params, pt, ws, ids, ck.as_deref(), fault);
+        };
+        let starts: Vec<usize> = self
+            .ws
+            .iter_mut()
+            .scan(0, |acc, w| {
+                let s = *acc;
+                *acc += w.get_mut().unwrap().dims.r;
+                Some(s)
+            })
+            .collect();
+        let (ws, next) = (&self.ws, AtomicUsize::new(0));
+        let work = || loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= ws.len() {
+                break;
+            }
+            run(&mut ws[i].lock().unwrap(), starts[i]);
+        };
+        std::thread::scope(|sc| {
+            for _ in 1..self.threads {
+                sc.spawn(work);
+            }
+            work();
+        });
+        // Sum the chunks' gradients in chunk order.
+        let ws: Vec<&Workspace> = self.ws.iter_mut().map(|w| &*w.get_mut().unwrap()).collect();
+        for (i, g) in self.grads.iter_mut().enumerate() {
+            g.copy_from_slice(&ws[0].grads[i]);
+            for w in &ws[1..] {
+                g.iter_mut().zip(&w.grads[i]).for_each(|(a, b)| *a += b);
+            }
+        }
+        let loss: f64 = ws.iter().map(|w| w.loss_sum).sum();
+        Ok(loss / total as f64)
+    }
+
+    /// The parameters as named f32 tensors (for checkpoints and evaluation).
+    pub fn weights(&self) -> Result<Weights> {
+        self.lay.to_weights(&self.params, "")
+    }
+
+    /// The gradients as named f32 tensors.
+    pub fn grad_weights(&self) -> Result<Weights> {
+        self.lay.to_weights(&self.grads, "")
+    }
+}

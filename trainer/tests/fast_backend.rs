@@ -1,0 +1,219 @@
+//! The fast backend against candle's autograd (the reference path the trainer
+//! used before): on small configs of every supported variant, the loss and the
+//! gradient of every parameter must agree to ~1e-4 relative (f32 fast vs f64
+//! candle), and a backward with one term left out must fail the same check.
+
+use candle_core::{DType, Device, Tensor, Var};
+use nrgpt_web::model::{cross_entropy, init_weights, Dropout, Weights};
+use nrgpt_web::rng::Rng64;
+use nrgpt_web::{Activation, Arch, EtaKind, ForwardOpts, Model, ModelConfig, NormKind};
+use trainer::fast::{Fault, FastModel};
+
+/// Relative tolerance on the loss and on each gradient (l2 norm of the error
+/// over the l2 norm of the reference, per parameter tensor).
+const TOL: f64 = 1e-4;
+
+/// Over `SEQS_PER_CHUNK` (8), so the batch splits into chunks (5 + 5) whose gradients are summed.
+const BATCH: usize = 10;
+
+fn config(arch: Arch, act: Activation, norm: NormKind, eta: EtaKind) -> ModelConfig {
+    let mut c = ModelConfig::new(arch, 11, 16, 2, 3, 8);
+    c.activation = act;
+    c.norm = norm;
+    c.eta = eta;
+    c
+}
+
+/// Weights far from the init (std 0.02 would make attention uniform and the
+/// activations nearly linear, hiding the second-order terms): matrices with
+/// std 0.3, embeddings std 1, scales and biases scattered around their init.
+fn weights(cfg: &ModelConfig, seed: u64) -> Weights {
+    let base = init_weights(cfg, seed, DType::F64, &Device::Cpu).unwrap();
+    let mut rng = Rng64::new(seed ^ 0xABCD);
+    base.into_iter()
+        .map(|(name, t)| {
+            let dims = t.dims().to_vec();
+            let n: usize = dims.iter().product();
+            let data: Vec<f64> = (0..n)
+                .map(|_| {
+                    let z = rng.normal();
+                    match name.as_str() {
+                        "tok_emb" | "pos_emb" => z,
+                        "block.eta.log_c" => -1.0 + 0.1 * z,
+                        "block.eta.w" => 0.3 * z,
+                        n if n.ends_with("gamma") || n.ends_with("alpha") || n.ends_with("ff_scale") => 1.0 + 0.3 * z,
+                        n if n.ends_with(".b") || n.ends_with(".b1") || n.ends_with(".b2") => 0.3 * z,
+                        _ => 0.3 * z,
+                    }
+                })
+                .collect();
+            (name, Tensor::from_vec(data, dims, &Device::Cpu).unwrap())
+        })
+        .collect()
+}
+
+fn batch(cfg: &ModelConfig, seed: u64) -> (Vec<u32>, Vec<u32>) {
+    let mut rng = Rng64::new(seed);
+    let n = BATCH * cfg.block_size;
+    let ids = (0..n).map(|_| rng.below(cfg.vocab_size) as u32).collect();
+    let tgt = (0..n).map(|_| rng.below(cfg.vocab_size) as u32).collect();
+    (ids, tgt)
+}
+
+fn masks(cfg: &ModelConfig, p: f64) -> Option<Vec<Vec<f32>>> {
+    if p <= 0.0 {
+        return None;
+    }
+    let mut d = Dropout { p, rng: Rng64::new(99) };
+    let shape = [BATCH, cfg.block_size, cfg.d_model];
+    Some((0..=cfg.steps).map(|_| d.mask(&shape, DType::F32, &Device::Cpu).unwrap().unwrap().flatten_all().unwrap().to_vec1().unwrap()).collect())
+}
+
+/// candle autograd in f64: loss and every parameter's gradient.
+fn reference(cfg: &ModelConfig, w: &Weights, ids: &[u32], tgt: &[u32], dropout: f64) -> (f64, Vec<(String, Vec<f64>)>) {
+    let vars: Vec<(String, Var)> = w.iter().map(|(n, t)| (n.clone(), Var::from_tensor(t).unwrap())).collect();
+    let model = Model::new(cfg, &vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect()).unwrap();
+    let x = Tensor::from_slice(ids, (BATCH, cfg.block_size), &Device::Cpu).unwrap();
+    let y = Tensor::from_slice(tgt, (BATCH, cfg.block_size), &Device::Cpu).unwrap();
+    let mut drop = Dropout { p: dropout, rng: Rng64::new(99) };
+    let logits = model.forward(&x, ForwardOpts { dropout: Some(&mut drop), ..Default::default() }).unwrap().logits;
+    let loss = cross_entropy(&logits, &y).unwrap();
+    let grads = loss.backward().unwrap();
+    let g = vars
+        .iter()
+        .map(|(n, v)| (n.clone(), grads.get(v).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap()))
+        .collect();
+    (loss.to_scalar::<f64>().unwrap(), g)
+}
+
+/// Largest relative error over the loss and every gradient, with its name.
+fn compare(cfg: &ModelConfig, dropout: f64, threads: usize, fault: Option<Fault>) -> (f64, String) {
+    let w = weights(cfg, 7);
+    let (ids, tgt) = batch(cfg, 3);
+    let (ref_loss, ref_grads) = reference(cfg, &w, &ids, &tgt, dropout);
+    let mut fast = FastModel::new(cfg, &w, BATCH, threads).unwrap();
+    fast.fault = fault;
+    let mk = masks(cfg, dropout);
+    let loss = fast.loss_and_grad(&ids, &tgt, mk.as_deref()).unwrap();
+    let fg = fast.grad_weights().unwrap();
+    let mut worst = ((loss - ref_loss).abs() / ref_loss.abs(), "loss".to_string());
+    assert_eq!(fg.len(), ref_grads.len(), "every parameter has a gradient");
+    for (name, rg) in &ref_grads {
+        let g: Vec<f32> = fg[name].flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(g.len(), rg.len());
+        let err: f64 = g.iter().zip(rg).map(|(&a, &b)| (a as f64 - b).powi(2)).sum::<f64>().sqrt();
+        let norm: f64 = rg.iter().map(|b| b * b).sum::<f64>().sqrt();
+        assert!(norm > 1e-6, "{name}: reference gradient is ~zero ({norm}); the check would be vacuous");
+        let rel = err / norm;
+        if rel > worst.0 || rel.is_nan() {
+            worst = (rel, name.clone());
+        }
+    }
+    (worst.0, worst.1)
+}
+
+fn check(cfg: &ModelConfig, dropout: f64) {
+    for threads in [1, 2] {
+        let (err, name) = compare(cfg, dropout, threads, None);
+        eprintln!(
+            "{} {:?} {:?} {:?} dropout {dropout} threads {threads}: max relative error {err:.2e} ({name})",
+            cfg.arch.name(),
+            cfg.activation,
+            cfg.norm,
+            cfg.eta
+        );
+        assert!(err < TOL, "relative error {err:e} in {name} exceeds {TOL:e}");
+    }
+}
+
+#[test]
+fn ff2w_gelu_layernorm_stable() {
+    check(&config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable), 0.0);
+}
+
+#[test]
+fn ff2w_relu_layernorm_stable() {
+    check(&config(Arch::NrgptFf2w, Activation::Relu, NormKind::LayerNorm, EtaKind::Stable), 0.0);
+}
+
+#[test]
+fn ff1_gelu_and_relu() {
+    check(&config(Arch::NrgptFf1, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable), 0.0);
+    check(&config(Arch::NrgptFf1, Activation::Relu, NormKind::LayerNorm, EtaKind::Stable), 0.0);
+}
+
+#[test]
+fn rmsnorm_free_eta_and_dropout() {
+    check(&config(Arch::NrgptFf2w, Activation::Gelu, NormKind::RmsNorm, EtaKind::Stable), 0.0);
+    check(&config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Free), 0.0);
+    check(&config(Arch::NrgptFf1, Activation::Gelu, NormKind::RmsNorm, EtaKind::Free), 0.0);
+    check(&config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable), 0.2);
+}
+
+/// Thread count changes nothing, to the bit (chunks are fixed, summed in order).
+#[test]
+fn gradients_do_not_depend_on_the_thread_count() {
+    let cfg = config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable);
+    let w = weights(&cfg, 5);
+    let (ids, tgt) = batch(&cfg, 4);
+    let run = |threads| {
+        let mut f = FastModel::new(&cfg, &w, BATCH, threads).unwrap();
+        let loss = f.loss_and_grad(&ids, &tgt, None).unwrap();
+        (loss, f.grads.clone())
+    };
+    let (l1, g1) = run(1);
+    for threads in [2, 3] {
+        let (l, g) = run(threads);
+        assert_eq!(l.to_bits(), l1.to_bits());
+        assert!(g == g1, "{threads} threads changed the gradients");
+    }
+}
+
+/// The check has teeth: leaving out one term of the backward fails it by far.
+#[test]
+fn a_wrong_backward_fails_the_check() {
+    let cfg = config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable);
+    for fault in [Fault::NoSecondOrder, Fault::NoSoftmaxPath] {
+        let (err, name) = compare(&cfg, 0.0, 2, Some(fault));
+        eprintln!("{fault:?}: max relative error {err:.2e} ({name})");
+        assert!(err > 100.0 * TOL, "{fault:?} went unnoticed: error {err:e}");
+    }
+}
+
+/// Through the CLI: `--backend fast` and `--backend candle` train the same
+/// model on the same batches (losses agree to f32 round-off over a few
+/// updates), and `--backend fast` refuses a GPT model with a clear error.
+#[test]
+fn cli_backends_agree_and_fast_refuses_gpt() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let run = |backend: &str, model: &str| {
+        let out = std::env::temp_dir().join(format!("nrgpt-fast-{}-{backend}-{model}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_trainer"))
+            .current_dir(&root)
+            .args(["train", "--model", model, "--d-model", "32", "--heads", "2", "--steps", "2", "--block", "32", "--batch", "8"])
+            .args(["--iters", "6", "--eval-every", "1000", "--eval-iters", "2", "--dropout", "0.1", "--quiet", "--backend", backend])
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        (o, out)
+    };
+    let losses = |dir: &std::path::Path| -> Vec<f64> {
+        let log = std::fs::read_to_string(dir.join("log.csv")).unwrap();
+        log.lines().skip(1).filter_map(|l| l.split(',').nth(2)?.parse().ok()).collect()
+    };
+    let (fast, fast_dir) = run("fast", "nrgpt-ff2w");
+    let (cand, cand_dir) = run("candle", "nrgpt-ff2w");
+    assert!(fast.status.success() && cand.status.success());
+    assert!(String::from_utf8_lossy(&fast.stderr).contains("fast backend"));
+    assert!(String::from_utf8_lossy(&cand.stderr).contains("candle backend"));
+    let (a, b) = (losses(&fast_dir), losses(&cand_dir));
+    assert_eq!(a.len(), 6);
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() < 1e-4 * y.abs(), "fast {x} vs candle {y}: {a:?} {b:?}");
+    }
+    let (gpt, _) = run("fast", "gpt");
+    assert!(!gpt.status.success());
+    assert!(String::from_utf8_lossy(&gpt.stderr).contains("NRGPT only"), "{}", String::from_utf8_lossy(&gpt.stderr));
+}

@@ -122,8 +122,9 @@ struct TrainArgs {
     backend: Backend,
 }
 
+/// A checkpoint run over the corpus: what `eval` and `energy` both read.
 #[derive(Args)]
-struct EvalArgs {
+struct CkptOnData {
     #[arg(long)]
     ckpt: PathBuf,
     #[arg(long, default_value = "data/tinyshakespeare/input.txt")]
@@ -131,6 +132,12 @@ struct EvalArgs {
     /// Recursion steps to run (default: the checkpoint's).
     #[arg(long)]
     steps: Option<usize>,
+}
+
+#[derive(Args)]
+struct EvalArgs {
+    #[command(flatten)]
+    on: CkptOnData,
     #[arg(long, default_value_t = 16)]
     batch: usize,
     /// Which split: val (default) or train (the overfitting gap).
@@ -143,13 +150,8 @@ struct EvalArgs {
 
 #[derive(Args)]
 struct EnergyArgs {
-    #[arg(long)]
-    ckpt: PathBuf,
-    #[arg(long, default_value = "data/tinyshakespeare/input.txt")]
-    data: PathBuf,
-    /// Recursion steps to run (default: the checkpoint's).
-    #[arg(long)]
-    steps: Option<usize>,
+    #[command(flatten)]
+    on: CkptOnData,
     /// Steps treated as the transient: monotonicity is judged from this step on.
     #[arg(long, default_value_t = 1)]
     skip: usize,
@@ -249,25 +251,25 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Train(a) => train(a),
         Cmd::Eval(a) => {
-            let ck = load_ckpt(&a.ckpt)?;
-            let corpus = Corpus::load(&a.data, &ck.vocab)?;
+            let ck = load_ckpt(&a.on.ckpt)?;
+            let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
             let model = ck.model()?;
             let split = if a.split == "train" { &corpus.train } else { &corpus.val };
             let split = &split[..a.max_chars.unwrap_or(usize::MAX).min(split.len())];
             let pb = indicatif::ProgressBar::new(0);
-            let loss = full_loss(&model, split, a.batch, a.steps, &mut |done, total| {
+            let loss = full_loss(&model, split, a.batch, a.on.steps, &mut |done, total| {
                 pb.set_length(total as u64);
                 pb.set_position(done as u64);
             })?;
             pb.finish_and_clear();
-            println!("{} loss {loss:.4} nats/char over {} characters ({})", a.split, split.len(), a.ckpt.display());
+            println!("{} loss {loss:.4} nats/char over {} characters ({})", a.split, split.len(), a.on.ckpt.display());
             Ok(())
         }
         Cmd::Energy(a) => {
-            let ck = load_ckpt(&a.ckpt)?;
-            let corpus = Corpus::load(&a.data, &ck.vocab)?;
+            let ck = load_ckpt(&a.on.ckpt)?;
+            let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
             let model = ck.model()?;
-            let m = monotone_fraction(&model, &corpus.val, a.windows, a.steps, a.skip)?;
+            let m = monotone_fraction(&model, &corpus.val, a.windows, a.on.steps, a.skip)?;
             println!(
                 "energy monotone after step {}: {:.4} of {} tokens ({} steps, eta {}, {})",
                 a.skip,
@@ -275,7 +277,7 @@ fn main() -> Result<()> {
                 m.tokens,
                 m.steps,
                 ck.config.eta.name(),
-                a.ckpt.display()
+                a.on.ckpt.display()
             );
             Ok(())
         }

@@ -6,22 +6,42 @@ use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use nrgpt_web::model::Weights;
 
+/// AdamW's settings, one value for both backends (candle here, `fast::adamw`)
+/// so a run resumed on the other backend continues the same optimiser.
+#[derive(Debug, Clone, Copy)]
+pub struct AdamHyper {
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    /// Decoupled, on matrices only (as nanoGPT).
+    pub weight_decay: f64,
+}
+
+impl AdamHyper {
+    pub fn new(weight_decay: f64) -> Self {
+        Self { beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay }
+    }
+
+    /// Bias corrections `(1 - b1^t, 1 - b2^t)` at update number `step`.
+    pub fn bias_corrections(&self, step: u64) -> (f64, f64) {
+        let t = step as i32;
+        (1.0 - self.beta1.powi(t), 1.0 - self.beta2.powi(t))
+    }
+}
+
 pub struct AdamW {
     pub vars: Vec<(String, Var)>,
     pub m: Vec<Tensor>,
     pub v: Vec<Tensor>,
     pub step: u64,
-    pub beta1: f64,
-    pub beta2: f64,
-    pub eps: f64,
-    pub weight_decay: f64,
+    pub hp: AdamHyper,
 }
 
 impl AdamW {
     pub fn new(vars: Vec<(String, Var)>, weight_decay: f64) -> Result<Self> {
         let m = vars.iter().map(|(_, v)| v.zeros_like()).collect::<candle_core::Result<Vec<_>>>()?;
         let v = m.clone();
-        Ok(Self { vars, m, v, step: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay })
+        Ok(Self { vars, m, v, step: 0, hp: AdamHyper::new(weight_decay) })
     }
 
     /// Global gradient norm, and the factor that clips it to `max_norm`.
@@ -41,17 +61,17 @@ impl AdamW {
     /// Decoupled weight decay on matrices only (as nanoGPT).
     pub fn step(&mut self, grads: &GradStore, lr: f64, clip: f64) -> Result<()> {
         self.step += 1;
-        let t = self.step as i32;
-        let (bc1, bc2) = (1.0 - self.beta1.powi(t), 1.0 - self.beta2.powi(t));
+        let hp = self.hp;
+        let (bc1, bc2) = hp.bias_corrections(self.step);
         for (i, (_, var)) in self.vars.iter().enumerate() {
             let Some(g) = grads.get(var) else { continue };
             let g = (g * clip)?;
             // m = b1 m + (1-b1) g ; v = b2 v + (1-b2) g^2
-            self.m[i] = ((&self.m[i] * self.beta1)? + (&g * (1.0 - self.beta1))?)?;
-            self.v[i] = ((&self.v[i] * self.beta2)? + (g.sqr()? * (1.0 - self.beta2))?)?;
+            self.m[i] = ((&self.m[i] * hp.beta1)? + (&g * (1.0 - hp.beta1))?)?;
+            self.v[i] = ((&self.v[i] * hp.beta2)? + (g.sqr()? * (1.0 - hp.beta2))?)?;
             // theta -= lr (m_hat / (sqrt(v_hat) + eps) + wd theta)
-            let upd = ((&self.m[i] / bc1)? / ((&self.v[i] / bc2)?.sqrt()? + self.eps)?)?;
-            let decay = if var.rank() >= 2 { self.weight_decay } else { 0.0 };
+            let upd = ((&self.m[i] / bc1)? / ((&self.v[i] / bc2)?.sqrt()? + hp.eps)?)?;
+            let decay = if var.rank() >= 2 { hp.weight_decay } else { 0.0 };
             let new = ((var.as_tensor() * (1.0 - lr * decay))? - (upd * lr)?)?;
             var.set(&new)?;
         }

@@ -6,32 +6,30 @@ use anyhow::Result;
 use nrgpt_web::model::Weights;
 
 use super::params::Layout;
+use crate::optim::AdamHyper;
 
 pub struct AdamW {
     pub m: Vec<Vec<f32>>,
     pub v: Vec<Vec<f32>>,
     pub step: u64,
-    pub beta1: f64,
-    pub beta2: f64,
-    pub eps: f64,
-    pub weight_decay: f64,
+    pub hp: AdamHyper,
 }
 
 impl AdamW {
     pub fn new(lay: &Layout, weight_decay: f64) -> Self {
-        Self { m: lay.zeros(), v: lay.zeros(), step: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay }
+        Self { m: lay.zeros(), v: lay.zeros(), step: 0, hp: AdamHyper::new(weight_decay) }
     }
 
     /// One update at learning rate `lr` with gradients scaled by `clip`.
     pub fn step(&mut self, lay: &Layout, params: &mut [Vec<f32>], grads: &[Vec<f32>], lr: f64, clip: f64) {
         self.step += 1;
-        let t = self.step as i32;
-        let (bc1, bc2) = (1.0 - self.beta1.powi(t), 1.0 - self.beta2.powi(t));
-        let (b1, b2, eps, clip) = (self.beta1 as f32, self.beta2 as f32, self.eps as f32, clip as f32);
-        let (ib1, ib2) = ((1.0 - self.beta1) as f32, (1.0 - self.beta2) as f32);
+        let hp = self.hp;
+        let (bc1, bc2) = hp.bias_corrections(self.step);
+        let (b1, b2, eps, clip) = (hp.beta1 as f32, hp.beta2 as f32, hp.eps as f32, clip as f32);
+        let (ib1, ib2) = ((1.0 - hp.beta1) as f32, (1.0 - hp.beta2) as f32);
         let (ibc1, ibc2) = ((1.0 / bc1) as f32, (1.0 / bc2) as f32);
         for i in 0..params.len() {
-            let decay = if lay.shapes[i].len() >= 2 { self.weight_decay } else { 0.0 };
+            let decay = if lay.shapes[i].len() >= 2 { hp.weight_decay } else { 0.0 };
             let keep = (1.0 - lr * decay) as f32;
             let lr = lr as f32;
             let (p, g, m, v) = (&mut params[i], &grads[i], &mut self.m[i], &mut self.v[i]);

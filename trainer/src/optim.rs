@@ -29,6 +29,16 @@ impl AdamHyper {
     }
 }
 
+/// The factor that scales a gradient of global norm `norm` down to `max_norm`
+/// (1 when it is within, or when clipping is off: `max_norm <= 0`).
+pub fn clip_factor(norm: f64, max_norm: f64) -> f64 {
+    if max_norm > 0.0 && norm > max_norm {
+        max_norm / norm
+    } else {
+        1.0
+    }
+}
+
 pub struct AdamW {
     pub vars: Vec<(String, Var)>,
     pub m: Vec<Tensor>,
@@ -53,8 +63,7 @@ impl AdamW {
             }
         }
         let norm = sq.sqrt();
-        let f = if max_norm > 0.0 && norm > max_norm { max_norm / norm } else { 1.0 };
-        Ok((norm, f))
+        Ok((norm, clip_factor(norm, max_norm)))
     }
 
     /// One AdamW update at learning rate `lr`; gradients scaled by `clip`.

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::data::{random_batch, random_batch_ids, Corpus};
 use crate::eval::estimate_loss;
 use crate::fast::{self, Backend, FastModel};
-use crate::optim::{lr_at, AdamW};
+use crate::optim::{clip_factor, lr_at, AdamW};
 
 /// Everything that defines a run besides the model config; saved in the
 /// checkpoint so `--resume` continues with the same settings.
@@ -167,10 +167,10 @@ impl Engine {
                 }
                 let masks = if masks.is_empty() { None } else { Some(masks) };
                 let loss = model.loss_and_grad(&x, &y, masks.as_deref())?;
-                // Global gradient norm (f64) and the clip factor, as `optim::AdamW::clip_factor`.
+                // Global gradient norm (f64), summed as `optim::AdamW::clip_factor` does.
                 let sq: f64 = model.grads.iter().flatten().map(|&g| (g as f64) * (g as f64)).sum();
                 let gnorm = sq.sqrt();
-                let clip = if s.grad_clip > 0.0 && gnorm > s.grad_clip { s.grad_clip / gnorm } else { 1.0 };
+                let clip = clip_factor(gnorm, s.grad_clip);
                 let FastModel { lay, params, grads, .. } = &mut **model;
                 opt.step(lay, params, grads, lr, clip);
                 Ok((loss, gnorm))

@@ -411,7 +411,7 @@ fn write_figure(quality: &[Quality], cmd_name: &str) -> Result<()> {
     let pts = eval_points(&root().join(DEFAULT_RUN));
     if !pts.is_empty() {
         panels.push(Panel {
-            title: "shipped default (nrgpt-ff2w d=128)".into(),
+            title: "shipped default (www/models/default-training.csv)".into(),
             series: vec![
                 Series { label: "val".into(), points: pts.iter().map(|p| (p.0, p.2)).collect(), dashed: false, colour: COLOURS[0] },
                 Series { label: "train".into(), points: pts.iter().map(|p| (p.0, p.1)).collect(), dashed: true, colour: COLOURS[1] },

@@ -351,7 +351,7 @@ pub fn App() -> impl IntoView {
         }
     };
     let can_generate = move || !ui.running.get() && ui.info.with(|i| i.is_some());
-    let backend = move || ui.info.with(|i| i.as_ref().map(|i| i.backend.clone()).unwrap_or_else(|| "CPU (wasm)".into()));
+    let backend = move || ui.info.with(|i| i.as_ref().map(|i| i.backend.clone()).unwrap_or_else(|| "loading…".into()));
     let num_input = move |id: &'static str, label: &'static str, sig: RwSignal<String>, step: &'static str, min: &'static str| {
         view! {
             <label class="field" for=id>
@@ -450,7 +450,7 @@ pub fn App() -> impl IntoView {
                             <span>"Early-exit tolerance"</span>
                             <input id="tol" name="tol" type="number" inputmode="decimal" step="0.01" min="0" aria-describedby="tol-note"
                                 prop:value=move || ui.tol.get() on:input=move |ev| ui.tol.set(event_target_value(&ev)) />
-                            <small id="tol-note" class="hint">"0 = off; WebGPU engine only"</small>
+                            <small id="tol-note" class="hint">"0 = off; not on the CPU reference (GPT baselines)"</small>
                         </label>
                     </div>
                     <div class="buttons">
@@ -494,7 +494,7 @@ pub fn App() -> impl IntoView {
                         {move || match ui.color.get() {
                             ColorMode::Plain => "Click a character to replay how it settled.",
                             ColorMode::Energy => "Green: low final energy (a deep basin); red: high. Click a character to replay it.",
-                            ColorMode::Steps => "Green: few descent steps used; red: all of them (early exit works on the WebGPU engine).",
+                            ColorMode::Steps => "Green: few descent steps used; red: all of them (early exit works on the incremental engines, WebGPU and CPU).",
                         }}
                     </p>
                 </section>

@@ -30,7 +30,7 @@ pub struct GenerateRequest {
     pub seed: u64,
     /// Recursion steps T; None = the checkpoint's.
     pub steps: Option<usize>,
-    /// Early exit once |E(t) - E(t-1)| < tol (the GPU engine; the CPU reference ignores it).
+    /// Early exit once |E(t) - E(t-1)| < tol (the incremental engines, GPU and CPU; the CPU reference ignores it).
     #[serde(default)]
     pub early_exit: Option<f32>,
 }
@@ -44,7 +44,7 @@ pub struct ModelInfo {
     pub d_model: usize,
     pub vocab: String,
     pub params: usize,
-    /// e.g. "CPU (wasm)".
+    /// e.g. "WebGPU engine" or "CPU engine (wasm)".
     pub backend: String,
     pub from_cache: bool,
 }

@@ -17,54 +17,65 @@ use crate::sample::{draw, filtered_probs, SampleOpts};
 use crate::session::{Session, StepOpts, TokenTrace};
 use crate::{ModelConfig, Vocab};
 
-/// The inference backend: the WebGPU engine (incremental, cached keys) when
-/// the browser gives an adapter, else the CPU reference.
+/// The inference backend. Every NRGPT checkpoint runs on the incremental
+/// engine (cached keys, O(T n D) per character): WebGPU when the browser gives
+/// an adapter, else the same algorithm in plain Rust. The recomputing reference
+/// is kept for the GPT baselines, which have no incremental engine.
 pub enum Engine {
-    Cpu(Session),
-    Gpu(crate::engine::Engine),
+    Reference(Session),
+    Incremental(crate::engine::Engine),
 }
 
 impl Engine {
-    /// Picks WebGPU when it works for this checkpoint, else the CPU path, and says why.
+    /// Picks the incremental engine when it takes this checkpoint, else the reference, and says why.
     async fn load(bytes: &[u8]) -> Result<Self, String> {
-        use crate::engine::{Backend, Engine as GpuEngine, EngineOpts};
-        let why = match GpuEngine::new(bytes, EngineOpts::default()).await {
-            Ok(e) if matches!(e.backend(), Backend::Gpu { .. }) => return Ok(Engine::Gpu(e)),
-            Ok(e) => e.backend().to_string(),
-            Err(e) => format!("CPU: {e}"),
-        };
-        web_sys::console::info_1(&format!("using the CPU path: {why}").into());
-        Session::from_bytes(bytes).map(Engine::Cpu).map_err(|e| e.to_string())
+        use crate::engine::{Backend, Engine as IncrementalEngine, EngineOpts};
+        match IncrementalEngine::new(bytes, EngineOpts::default()).await {
+            Ok(e) => {
+                if let Backend::Cpu { reason } = e.backend() {
+                    web_sys::console::info_1(&format!("no WebGPU ({reason}): using the CPU engine").into());
+                }
+                Ok(Engine::Incremental(e))
+            }
+            Err(why) => {
+                web_sys::console::info_1(&format!("using the CPU reference: {why}").into());
+                Session::from_bytes(bytes).map(Engine::Reference).map_err(|e| e.to_string())
+            }
+        }
     }
     pub fn backend(&self) -> String {
+        use crate::engine::Backend;
         match self {
-            Engine::Cpu(_) => "CPU (wasm)".into(),
+            Engine::Reference(_) => "CPU reference (wasm)".into(),
             // the page names the adapter itself (browsers often leave wgpu's adapter info empty)
-            Engine::Gpu(_) => "WebGPU engine".into(),
+            Engine::Incremental(e) => match e.backend() {
+                Backend::Gpu { .. } => "WebGPU engine".into(),
+                Backend::Cpu { .. } => "CPU engine (wasm)".into(),
+            },
         }
     }
     pub fn config(&self) -> &ModelConfig {
         match self {
-            Engine::Cpu(s) => &s.model.cfg,
-            Engine::Gpu(e) => e.config(),
+            Engine::Reference(s) => &s.model.cfg,
+            Engine::Incremental(e) => e.config(),
         }
     }
     pub fn vocab(&self) -> &Vocab {
         match self {
-            Engine::Cpu(s) => &s.vocab,
-            Engine::Gpu(e) => e.vocab(),
+            Engine::Reference(s) => &s.vocab,
+            Engine::Incremental(e) => e.vocab(),
         }
     }
     pub fn reset(&mut self) {
         match self {
-            Engine::Cpu(s) => s.reset(),
-            Engine::Gpu(e) => e.reset(),
+            Engine::Reference(s) => s.reset(),
+            Engine::Incremental(e) => e.reset(),
         }
     }
     pub async fn push(&mut self, token: u32, opts: &StepOpts) -> Result<TokenTrace, String> {
         match self {
-            Engine::Cpu(s) => s.push(token, opts).map_err(|e| e.to_string()),
-            Engine::Gpu(e) => e.push(token, opts).await.map_err(|e| e.to_string()),
+            Engine::Reference(s) => s.push(token, opts).map_err(|e| e.to_string()),
+            Engine::Incremental(e) => e.push(token, opts).await.map_err(|e| e.to_string()),
         }
     }
 }

@@ -89,8 +89,8 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       const probe = await page.$eval('.backend', (e) => e.dataset.webgpu);
       const line = await page.textContent('.backend');
       console.log(`[${mode}] ${line.trim()}`);
-      // WebGPU runs the incremental GPU engine; without it the CPU reference runs
-      assert.match(line, cfg.hideGpu ? /CPU \(wasm\)/ : /WebGPU engine/);
+      // WebGPU runs the incremental GPU engine; without it the same algorithm runs in wasm
+      assert.match(line, cfg.hideGpu ? /CPU engine \(wasm\)/ : /WebGPU engine/);
       if (cfg.hideGpu) assert.equal(probe, 'no-api');
       else assert.notEqual(probe, 'no-api', 'chromium with --enable-unsafe-webgpu should expose navigator.gpu');
       assert.equal(await page.inputValue('#steps'), String(T), 'steps default to the checkpoint T');

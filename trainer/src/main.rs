@@ -117,7 +117,7 @@ struct TrainArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
-    /// auto (fast when the config is supported, else candle) | candle | fast
+    /// auto (= fast) | candle (autograd; the reference the fast backend is tested against) | fast
     #[arg(long, default_value = "auto")]
     backend: Backend,
 }

@@ -92,14 +92,7 @@ enum Engine {
 
 impl Engine {
     fn new(cfg: &ModelConfig, weights: &Weights, s: &TrainSettings, backend: Backend) -> Result<Self> {
-        let use_fast = match backend {
-            Backend::Candle => false,
-            Backend::Auto => fast::unsupported(cfg).is_none(),
-            Backend::Fast => match fast::unsupported(cfg) {
-                Some(why) => bail!("--backend fast: {why}"),
-                None => true,
-            },
-        };
+        let use_fast = backend != Backend::Candle;
         if use_fast {
             let model = FastModel::new(cfg, weights, s.batch, fast::num_threads())?;
             let opt = fast::adamw::AdamW::new(&model.lay, s.weight_decay);
@@ -157,10 +150,10 @@ impl Engine {
             }
             Engine::Fast { model, opt } => {
                 let (x, y) = random_batch_ids(&corpus.train, s.batch, cfg.block_size, &mut rng)?;
-                // The masks the candle path would draw, in its order: embedding, then each step.
+                // The masks the candle path would draw, in its order.
                 let shape = [s.batch, cfg.block_size, cfg.d_model];
                 let mut masks = Vec::new();
-                for _ in 0..=cfg.steps {
+                for _ in 0..fast::mask_count(cfg) {
                     if let Some(m) = drop.mask(&shape, DType::F32, &dev)? {
                         masks.push(m.flatten_all()?.to_vec1::<f32>()?);
                     }

@@ -25,22 +25,42 @@ pub enum Fault {
     NoSoftmaxPath,
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>, fault: Option<Fault>) {
-    let Dims { nb, n, r, d, h, dh, hd, m, v, steps } = ws.dims;
-    let beta = 1.0 / (dh as f32).sqrt();
-    let Workspace { tape, xh_out, rstd_out, g_out, probs, dx, dg, gd, fd, tmp_d, tmp_hd, dq, dk, ta, tb, nn, grads, .. } = ws;
-    let (gamma, wq, wk, alpha, w1) = (&p[lay.gamma], &p[lay.wq], &p[lay.wk], &p[lay.alpha], &p[lay.w1]);
-    let ff_scale = p[lay.ff_scale][0];
-
-    // Readout: logits = g_out W^T + b
-    // dW_out = dlogits^T g_out, db = sum dlogits, dg_out = dlogits W_out
+/// Readout: logits = g_out W^T + b, from dL/dlogits in `ws.probs`:
+/// dW_out = dlogits^T g_out, db = sum dlogits, and `ws.dx` = dL/dx_out.
+pub fn readout_bwd(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Workspace) {
+    let Dims { r, d, v, .. } = ws.dims;
+    let Workspace { xh_out, rstd_out, g_out, probs, dx, tmp_d, grads, .. } = ws;
     let dl = View::rm(probs, r, v);
     mm(&mut grads[lay.head_w], dl.t(), View::rm(g_out, r, d), true, 1.0);
     col_sum_into(probs, v, &mut grads[lay.head_b], 1.0);
     mm(tmp_d, dl, View::rm(&p[lay.head_w], v, d), false, 1.0);
     dx.fill(0.0);
     norm_bwd(cfg.norm, tmp_d, xh_out, rstd_out, &p[lay.out_gamma], d, dx, &mut grads[lay.out_gamma]);
+}
+
+/// x(0) = mask * (tok_emb[id] + pos_emb[pos]): scatters dL/dx(0) (`dx`, masked here) into the embeddings.
+pub fn embed_bwd(lay: &Layout, ids: &[u32], n: usize, d: usize, mask: Option<&[f32]>, dx: &mut [f32], grads: &mut [Vec<f32>]) {
+    if let Some(mk) = mask {
+        dx.iter_mut().zip(mk).for_each(|(x, k)| *x *= k);
+    }
+    for (row, &id) in ids.iter().enumerate() {
+        let (t, ps) = (id as usize, row % n);
+        let src = &dx[row * d..(row + 1) * d];
+        grads[lay.tok][t * d..(t + 1) * d].iter_mut().zip(src).for_each(|(g, s)| *g += s);
+        grads[lay.pos][ps * d..(ps + 1) * d].iter_mut().zip(src).for_each(|(g, s)| *g += s);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>, fault: Option<Fault>) {
+    let Dims { nb, n, r, d, h, dh, hd, m, steps, .. } = ws.dims;
+    let beta = 1.0 / (dh as f32).sqrt();
+    let ix = lay.nrgpt();
+    let (gamma, wq, wk, alpha, w1) = (&p[ix.gamma], &p[ix.wq], &p[ix.wk], &p[ix.alpha], &p[ix.w1]);
+    let ff_scale = p[ix.ff_scale][0];
+
+    readout_bwd(cfg, lay, p, ws);
+    let Workspace { tape, dx, dg, gd, fd, tmp_d, tmp_hd, dq, dk, ta, tb, nn, grads, .. } = ws;
 
     for t in (0..steps).rev() {
         let st = &tape[t];
@@ -54,13 +74,13 @@ pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>]
         match cfg.eta {
             EtaKind::Stable => {
                 // update = c gamma dE/dg: G = c gamma dU, dgamma += c dU dE/dg, dlog_c = sum dU * update
-                let c = (p[lay.log_c.unwrap()][0] as f64).exp() as f32;
-                let dlogc = stable_eta_bwd(c, gamma, tmp_d, &st.grad, d, gd, &mut grads[lay.gamma]);
-                grads[lay.log_c.unwrap()][0] += dlogc as f32;
+                let c = (p[ix.log_c.unwrap()][0] as f64).exp() as f32;
+                let dlogc = stable_eta_bwd(c, gamma, tmp_d, &st.grad, d, gd, &mut grads[ix.gamma]);
+                grads[ix.log_c.unwrap()][0] += dlogc as f32;
             }
             EtaKind::Free => {
                 // update = dE/dg W^T: G = dU W, dW += dU^T dE/dg
-                let ew = lay.eta_w.unwrap();
+                let ew = ix.eta_w.unwrap();
                 mm(gd, View::rm(tmp_d, r, d), View::rm(&p[ew], d, d), false, 1.0);
                 mm(&mut grads[ew], View::rm(tmp_d, r, d).t(), View::rm(&st.grad, r, d), true, 1.0);
             }
@@ -70,17 +90,17 @@ pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>]
         for (gr, fr) in gd.chunks_exact(d).zip(st.gff.chunks_exact(d)) {
             dfs += gr.iter().zip(fr).map(|(a, b)| a * b).sum::<f32>() as f64;
         }
-        grads[lay.ff_scale][0] += dfs as f32;
+        grads[ix.ff_scale][0] += dfs as f32;
         fd.iter_mut().zip(gd.iter()).for_each(|(f, g)| *f = ff_scale * g);
 
         // ---- attention: A = -(alpha C) Wq, C_h = P_h k_h, P_h = softmax(beta q_h k_h^T) ----
         let gdv = View::rm(gd, r, d);
         // dWq += -(alpha C)^T G
         scale_heads(&st.c, alpha, dh, tmp_hd);
-        mm(&mut grads[lay.wq], View::rm(tmp_hd, r, hd).t(), gdv, true, -1.0);
+        mm(&mut grads[ix.wq], View::rm(tmp_hd, r, hd).t(), gdv, true, -1.0);
         // d(alpha C) = -G Wq^T (into tmp_hd); dalpha_h = sum d(alpha C)_h * C_h; dC = alpha d(alpha C)
-        mm(tmp_hd, gdv, View::rm(&pt[lay.wq], d, hd), false, -1.0);
-        let dal = &mut grads[lay.alpha];
+        mm(tmp_hd, gdv, View::rm(&pt[ix.wq], d, hd), false, -1.0);
+        let dal = &mut grads[ix.alpha];
         for (dr, cr) in tmp_hd.chunks_exact_mut(hd).zip(st.c.chunks_exact(hd)) {
             for hh in 0..h {
                 let mut acc = 0.0f32;
@@ -117,20 +137,20 @@ pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>]
         // q = g Wq^T, k = g Wk^T: dg = dq Wq + dk Wk, dWq += dq^T g, dWk += dk^T g
         mm(dg, View::rm(dq, r, hd), View::rm(wq, hd, d), false, 1.0);
         mm(dg, View::rm(dk, r, hd), View::rm(wk, hd, d), true, 1.0);
-        mm(&mut grads[lay.wq], View::rm(dq, r, hd).t(), gv, true, 1.0);
-        mm(&mut grads[lay.wk], View::rm(dk, r, hd).t(), gv, true, 1.0);
+        mm(&mut grads[ix.wq], View::rm(dq, r, hd).t(), gv, true, 1.0);
+        mm(&mut grads[ix.wk], View::rm(dk, r, hd).t(), gv, true, 1.0);
 
         // ---- feed-forward, with F' := dL/d(dE_FF/dg) in fd ----
         let fdv = View::rm(fd, r, d);
         let no2 = fault == Some(Fault::NoSecondOrder);
         match cfg.arch {
             Arch::NrgptFf2w => {
-                let (w2, b2) = (lay.w2.unwrap(), lay.b2.unwrap());
+                let (w2, b2) = (ix.w2.unwrap(), ix.b2.unwrap());
                 let [fs, fds, fdds, fv, fz] = &st.f;
                 // dE_FF/dg = -(W2 s + b2) - W1^T z, z = s' * v, v = W2^T g, u = W1 g + b1
                 // ta = F' W2 (= -dL/ds), tb = F' W1^T (= -dL/dz)
                 mm(ta, fdv, View::rm(&p[w2], d, m), false, 1.0);
-                mm(tb, fdv, View::rm(&pt[lay.w1], d, m), false, 1.0);
+                mm(tb, fdv, View::rm(&pt[ix.w1], d, m), false, 1.0);
                 // dL/dv = -tb s'  (into tb);  dL/du = -(ta s' + tb v s'')  (into ta)
                 ff2w_act_bwd(ta, tb, fds, fdds, fv, !no2);
                 let (tav, tbv) = (View::rm(ta, r, m), View::rm(tb, r, m));
@@ -142,37 +162,28 @@ pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>]
                 mm(&mut grads[w2], gv.t(), tbv, true, 1.0);
                 col_sum_into(fd, d, &mut grads[b2], -1.0);
                 // dW1 += -z^T F' + dL/du^T g ; db1 += sum dL/du
-                mm(&mut grads[lay.w1], View::rm(fz, r, m).t(), fdv, true, -1.0);
-                mm(&mut grads[lay.w1], tav.t(), gv, true, 1.0);
-                col_sum_into(ta, m, &mut grads[lay.b1], 1.0);
+                mm(&mut grads[ix.w1], View::rm(fz, r, m).t(), fdv, true, -1.0);
+                mm(&mut grads[ix.w1], tav.t(), gv, true, 1.0);
+                col_sum_into(ta, m, &mut grads[ix.b1], 1.0);
             }
             Arch::NrgptFf1 => {
                 let [fw, fh, ..] = &st.f;
                 // dE_FF/dg = -2 W^T w, w = s s': dL/dw = -2 F' W^T, dW += -2 w^T F'
-                mm(ta, fdv, View::rm(&pt[lay.w1], d, m), false, -2.0);
-                mm(&mut grads[lay.w1], View::rm(fw, r, m).t(), fdv, true, -2.0);
+                mm(ta, fdv, View::rm(&pt[ix.w1], d, m), false, -2.0);
+                mm(&mut grads[ix.w1], View::rm(fw, r, m).t(), fdv, true, -2.0);
                 // dL/du = dL/dw (s'^2 + s s'')
                 ta.iter_mut().zip(fh.iter()).for_each(|(a, hc)| *a *= hc);
                 let tav = View::rm(ta, r, m);
                 // u = W g + b: dg += dL/du W, dW += dL/du^T g, db += sum dL/du
                 mm(dg, tav, View::rm(w1, m, d), true, 1.0);
-                mm(&mut grads[lay.w1], tav.t(), gv, true, 1.0);
-                col_sum_into(ta, m, &mut grads[lay.b1], 1.0);
+                mm(&mut grads[ix.w1], tav.t(), gv, true, 1.0);
+                col_sum_into(ta, m, &mut grads[ix.b1], 1.0);
             }
             _ => unreachable!("fast backend runs NRGPT only"),
         }
         // g = N(x): dx(t) = D + J_N^T dg, dgamma += dg * xh
-        norm_bwd(cfg.norm, dg, &st.xh, &st.rstd, gamma, d, dx, &mut grads[lay.gamma]);
+        norm_bwd(cfg.norm, dg, &st.xh, &st.rstd, gamma, d, dx, &mut grads[ix.gamma]);
     }
 
-    // x(0) = mask * (tok_emb[id] + pos_emb[pos])
-    if let Some(mk) = masks {
-        dx.iter_mut().zip(mk[0]).for_each(|(x, k)| *x *= k);
-    }
-    for row in 0..r {
-        let (t, ps) = (ids[row] as usize, row % n);
-        let src = &dx[row * d..(row + 1) * d];
-        grads[lay.tok][t * d..(t + 1) * d].iter_mut().zip(src).for_each(|(g, s)| *g += s);
-        grads[lay.pos][ps * d..(ps + 1) * d].iter_mut().zip(src).for_each(|(g, s)| *g += s);
-    }
+    embed_bwd(lay, ids, n, d, masks.map(|mk| mk[0]), dx, grads);
 }

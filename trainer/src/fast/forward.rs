@@ -22,31 +22,47 @@ pub fn scale_heads(c: &[f32], alpha: &[f32], dh: usize, out: &mut [f32]) {
     }
 }
 
+/// x(0) = tok_emb[id] + pos_emb[position], then the embedding dropout mask.
+pub fn embed(lay: &Layout, p: &[Vec<f32>], ids: &[u32], n: usize, d: usize, mask: Option<&[f32]>, x0: &mut [f32]) {
+    let (tok, pos) = (&p[lay.tok], &p[lay.pos]);
+    for (row, &id) in ids.iter().enumerate() {
+        let (t, ps) = (id as usize, row % n);
+        for i in 0..d {
+            x0[row * d + i] = tok[t * d + i] + pos[ps * d + i];
+        }
+    }
+    if let Some(mk) = mask {
+        x0.iter_mut().zip(mk).for_each(|(x, k)| *x *= k);
+    }
+}
+
+/// The readout of the final state `ws.x_out`: leaves `ws.loss_sum` and, in
+/// `ws.probs`, dL/dlogits for a loss averaged over `total_tokens`.
+pub fn readout(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, tgt: &[u32], total_tokens: usize) {
+    let Dims { r, d, v, .. } = ws.dims;
+    let Workspace { x_out, xh_out, rstd_out, g_out, probs, loss_sum, .. } = ws;
+    // logits = W_out N_out(x(T)) + b
+    norm_fwd(cfg.norm, x_out, &p[lay.out_gamma], cfg.eps as f32, d, xh_out, rstd_out, g_out);
+    mm(probs, View::rm(g_out, r, d), View::rm(&pt[lay.head_w], d, v), false, 1.0);
+    // loss = sum(lse(logits) - logit[target]); dL/dlogits = (softmax - onehot) / N
+    *loss_sum = cross_entropy_rows(probs, &p[lay.head_b], tgt, v, total_tokens);
+}
+
 /// Runs the chunk (`pt`: the transposed weight matrices, see `Layout::transposes`): `ids`/`tgt` its (nb * n) tokens and targets, `masks` its
 /// T+1 dropout masks (embedding, then each step) if dropout is on.
 /// Leaves `ws.loss_sum` and, in `ws.probs`, dL/dlogits for a loss averaged over `total_tokens`.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], tgt: &[u32], masks: Option<&[&[f32]]>, total_tokens: usize) {
-    let Dims { nb, n, r, d, h, dh, hd, m, v, steps } = ws.dims;
+    let Dims { nb, n, r, d, h, dh, hd, m, steps, .. } = ws.dims;
     let eps = cfg.eps as f32;
+    let ix = lay.nrgpt();
     // beta = 1/sqrt(head_dim), the attention inverse temperature
     let beta = 1.0 / (dh as f32).sqrt();
-    let Workspace { tape, x_out, xh_out, rstd_out, g_out, probs, tmp_d, tmp_hd, loss_sum, .. } = ws;
-    let (tok, pos) = (&p[lay.tok], &p[lay.pos]);
-    let (gamma, wq, alpha, w1, b1) = (&p[lay.gamma], &p[lay.wq], &p[lay.alpha], &p[lay.w1], &p[lay.b1]);
-    let ff_scale = p[lay.ff_scale][0];
+    let Workspace { tape, x_out, tmp_d, tmp_hd, .. } = ws;
+    let (gamma, wq, alpha, w1, b1) = (&p[ix.gamma], &p[ix.wq], &p[ix.alpha], &p[ix.w1], &p[ix.b1]);
+    let ff_scale = p[ix.ff_scale][0];
 
-    // x(0) = tok_emb[id] + pos_emb[position], then the embedding dropout mask
-    let x0 = &mut tape[0].x;
-    for row in 0..r {
-        let (t, ps) = (ids[row] as usize, row % n);
-        for i in 0..d {
-            x0[row * d + i] = tok[t * d + i] + pos[ps * d + i];
-        }
-    }
-    if let Some(mk) = masks {
-        x0.iter_mut().zip(mk[0]).for_each(|(x, k)| *x *= k);
-    }
+    embed(lay, p, ids, n, d, masks.map(|mk| mk[0]), &mut tape[0].x);
 
     for t in 0..steps {
         let (head, tail) = tape.split_at_mut(t + 1);
@@ -56,8 +72,8 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>],
         norm_fwd(cfg.norm, &st.x, gamma, eps, d, &mut st.xh, &mut st.rstd, &mut st.g);
         let gv = View::rm(&st.g, r, d);
         // q = g Wq^T, k = g Wk^T
-        mm(&mut st.q, gv, View::rm(&pt[lay.wq], d, hd), false, 1.0);
-        mm(&mut st.k, gv, View::rm(&pt[lay.wk], d, hd), false, 1.0);
+        mm(&mut st.q, gv, View::rm(&pt[ix.wq], d, hd), false, 1.0);
+        mm(&mut st.k, gv, View::rm(&pt[ix.wk], d, hd), false, 1.0);
         for b in 0..nb {
             for hh in 0..h {
                 let off = b * n * hd + hh * dh;
@@ -76,14 +92,14 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>],
 
         match cfg.arch {
             Arch::NrgptFf2w => {
-                let (w2, b2) = (&p[lay.w2.unwrap()], &p[lay.b2.unwrap()]);
+                let (w2, b2) = (&p[ix.w2.unwrap()], &p[ix.b2.unwrap()]);
                 let [fs, fds, fdds, fv, fz] = &mut st.f;
                 // u = W1 g + b1 (bias added below), v = W2^T g
-                mm(fs, gv, View::rm(&pt[lay.w1], d, m), false, 1.0);
+                mm(fs, gv, View::rm(&pt[ix.w1], d, m), false, 1.0);
                 mm(fv, gv, View::rm(w2, d, m), false, 1.0);
                 ff2w_act(cfg.activation, b1, m, fs, fds, fdds, fv, fz);
                 // dE_FF/dg = -(W2 s(u) + b2) - W1^T (s'(u) * W2^T g)
-                mm(&mut st.gff, View::rm(fs, r, m), View::rm(&pt[lay.w2.unwrap()], m, d), false, -1.0);
+                mm(&mut st.gff, View::rm(fs, r, m), View::rm(&pt[ix.w2.unwrap()], m, d), false, -1.0);
                 mm(&mut st.gff, View::rm(fz, r, m), View::rm(w1, m, d), true, -1.0);
                 for row in st.gff.chunks_exact_mut(d) {
                     row.iter_mut().zip(b2.iter()).for_each(|(o, b)| *o -= b);
@@ -91,7 +107,7 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>],
             }
             Arch::NrgptFf1 => {
                 let [fw, fh, ..] = &mut st.f;
-                mm(fw, gv, View::rm(&pt[lay.w1], d, m), false, 1.0);
+                mm(fw, gv, View::rm(&pt[ix.w1], d, m), false, 1.0);
                 // w = s s', and its derivative (s s')' = s'^2 + s s''
                 ff1_act(cfg.activation, b1, m, fw, fh);
                 // dE_FF/dg = -2 W^T (s(u) s'(u))
@@ -106,7 +122,7 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>],
         let upd: &[f32] = match cfg.eta {
             EtaKind::Stable => {
                 // eta dE/dg = c * gamma * dE/dg, c = exp(log_c)
-                let c = (p[lay.log_c.unwrap()][0] as f64).exp() as f32;
+                let c = (p[ix.log_c.unwrap()][0] as f64).exp() as f32;
                 for (o, gr) in tmp_d.chunks_exact_mut(d).zip(st.grad.chunks_exact(d)) {
                     for i in 0..d {
                         o[i] = gr[i] * gamma[i] * c;
@@ -116,7 +132,7 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>],
             }
             EtaKind::Free => {
                 // eta dE/dg = dE/dg W_eta^T (`linear`)
-                mm(tmp_d, View::rm(&st.grad, r, d), View::rm(&pt[lay.eta_w.unwrap()], d, d), false, 1.0);
+                mm(tmp_d, View::rm(&st.grad, r, d), View::rm(&pt[ix.eta_w.unwrap()], d, d), false, 1.0);
                 tmp_d
             }
         };
@@ -127,10 +143,5 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>],
         }
     }
 
-    // logits = W_out N_out(x(T)) + b
-    norm_fwd(cfg.norm, x_out, &p[lay.out_gamma], eps, d, xh_out, rstd_out, g_out);
-    mm(probs, View::rm(g_out, r, d), View::rm(&pt[lay.head_w], d, v), false, 1.0);
-    // loss = sum(lse(logits) - logit[target]); dL/dlogits = (softmax - onehot) / N
-    let loss = cross_entropy_rows(probs, &p[lay.head_b], tgt, v, total_tokens);
-    *loss_sum = loss;
+    readout(cfg, lay, p, pt, ws, tgt, total_tokens);
 }

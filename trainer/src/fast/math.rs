@@ -175,12 +175,22 @@ pub fn ff1_act(act: Activation, b1: &[f32], m: usize, w: &mut [f32], h: &mut [f3
 /// Softmax over the allowed keys of each row of an n x n score block under
 /// the strict causal mask (key j < query a); row 0 attends to nothing (all zero).
 pub fn softmax_strict(s: &mut [f32], n: usize) {
+    softmax_causal_rows(s, n, 0)
+}
+
+/// Softmax under GPT's causal mask, which includes the diagonal (key j <= query a).
+pub fn softmax_causal(s: &mut [f32], n: usize) {
+    softmax_causal_rows(s, n, 1)
+}
+
+/// Row a keeps its first a + `diag` entries (softmax over them) and zeroes the rest.
+fn softmax_causal_rows(s: &mut [f32], n: usize, diag: usize) {
     with_avx2!({
         for a in 0..n {
             let row = &mut s[a * n..(a + 1) * n];
-            let (allowed, masked) = row.split_at_mut(a);
+            let (allowed, masked) = row.split_at_mut(a + diag);
             masked.fill(0.0);
-            if a == 0 {
+            if allowed.is_empty() {
                 continue;
             }
             let mx = allowed.iter().copied().fold(f32::NEG_INFINITY, f32::max);

@@ -1,5 +1,6 @@
-//! The fast backend: NRGPT's forward and hand-derived backward in plain Rust
-//! on f32 slices, for training on the CPU without an autograd graph.
+//! The fast backend: each model's forward and hand-derived backward in plain
+//! Rust on f32 slices (NRGPT: forward.rs, backward.rs; the GPT baselines:
+//! gpt.rs), for training on the CPU without an autograd graph.
 //!
 //! The batch is cut into chunks of whole sequences (a fixed size, independent
 //! of the thread count); each chunk runs forward + backward on its own
@@ -16,6 +17,7 @@ pub mod adamw;
 pub mod backward;
 pub mod forward;
 pub mod gemm;
+pub mod gpt;
 #[cfg(target_arch = "x86_64")]
 pub mod kernel512;
 pub mod math;
@@ -36,7 +38,7 @@ use workspace::Workspace;
 /// Which implementation trains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
-    /// Fast when the config is supported, candle otherwise.
+    /// The fast backend (every model has one); kept so `--backend auto` still parses.
     Auto,
     Candle,
     Fast,
@@ -54,12 +56,15 @@ impl std::str::FromStr for Backend {
     }
 }
 
-/// Why the fast backend cannot run `cfg`, if it cannot.
-pub fn unsupported(cfg: &ModelConfig) -> Option<String> {
-    if !cfg.arch.is_nrgpt() {
-        return Some(format!("the fast backend runs NRGPT only, not {}", cfg.arch.name()));
+/// How many dropout masks one batch draws, in the candle path's order:
+/// NRGPT the embedding's then one per descent step; GPT the embedding's then
+/// two per applied layer (attention and MLP branches).
+pub fn mask_count(cfg: &ModelConfig) -> usize {
+    if cfg.arch.is_nrgpt() {
+        cfg.steps + 1
+    } else {
+        2 * cfg.steps + 1
     }
-    None
 }
 
 /// Sequences per chunk: 8 x 64 = 512 rows keeps the gemms large and gives
@@ -95,9 +100,6 @@ pub struct FastModel {
 impl FastModel {
     /// A model for batches of `batch` sequences of `cfg.block_size` tokens, on `threads` threads.
     pub fn new(cfg: &ModelConfig, weights: &Weights, batch: usize, threads: usize) -> Result<Self> {
-        if let Some(why) = unsupported(cfg) {
-            bail!(why);
-        }
         cfg.validate()?;
         let lay = Layout::new(cfg)?;
         let params = lay.from_weights(weights, "")?;
@@ -113,8 +115,8 @@ impl FastModel {
     }
 
     /// Mean cross-entropy of the batch (`ids`, `tgt`: batch * block tokens) and
-    /// its gradient into `self.grads`. `masks`: the T+1 dropout masks
-    /// (embedding, then each step), each batch * block * d_model, if dropout is on.
+    /// its gradient into `self.grads`. `masks`: the `mask_count` dropout masks,
+    /// each batch * block * d_model, if dropout is on.
     pub fn loss_and_grad(&mut self, ids: &[u32], tgt: &[u32], masks: Option<&[Vec<f32>]>) -> Result<f64> {
         let (n, d) = (self.cfg.block_size, self.cfg.d_model);
         let total = self.batch * n;
@@ -122,7 +124,7 @@ impl FastModel {
             bail!("batch of {} tokens, expected {total}", ids.len());
         }
         if let Some(mk) = masks {
-            if mk.len() != self.cfg.steps + 1 || mk.iter().any(|m| m.len() != total * d) {
+            if mk.len() != mask_count(&self.cfg) || mk.iter().any(|m| m.len() != total * d) {
                 bail!("dropout masks have the wrong shape");
             }
         }
@@ -136,8 +138,13 @@ impl FastModel {
             let ck: Option<Vec<&[f32]>> = masks.map(|mk| mk.iter().map(|m| &m[row0 * d..(row0 + rows) * d]).collect());
             ws.grads.iter_mut().for_each(|g| g.fill(0.0));
             let (ids, tgt) = (&ids[row0..row0 + rows], &tgt[row0..row0 + rows]);
-            forward::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), total);
-            backward::backward(cfg, lay, params, pt, ws, ids, ck.as_deref(), fault);
+            if cfg.arch.is_nrgpt() {
+                forward::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), total);
+                backward::backward(cfg, lay, params, pt, ws, ids, ck.as_deref(), fault);
+            } else {
+                gpt::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), total);
+                gpt::backward(cfg, lay, params, ws, ids, ck.as_deref());
+            }
         };
         let starts: Vec<usize> = self
             .ws

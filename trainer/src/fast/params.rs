@@ -17,6 +17,20 @@ pub struct Layout {
     pub out_gamma: usize,
     pub head_w: usize,
     pub head_b: usize,
+    pub body: Body,
+}
+
+/// The parameters between the embedding and the readout.
+#[derive(Debug, Clone)]
+pub enum Body {
+    /// The one shared NRGPT block.
+    Nrgpt(NrgptIdx),
+    /// One entry per distinct GPT layer (gpt: `steps` layers; gpt-rec: one, applied `steps` times).
+    Gpt(Vec<GptIdx>),
+}
+
+#[derive(Debug, Clone)]
+pub struct NrgptIdx {
     pub gamma: usize,
     pub wq: usize,
     pub wk: usize,
@@ -32,36 +46,88 @@ pub struct Layout {
     pub eta_w: Option<usize>,
 }
 
+/// One pre-norm GPT layer (src/gpt.rs).
+#[derive(Debug, Clone)]
+pub struct GptIdx {
+    pub ln1: usize,
+    pub wq: usize,
+    pub wk: usize,
+    pub wv: usize,
+    pub wo: usize,
+    pub ln2: usize,
+    pub w1: usize,
+    pub b1: usize,
+    pub w2: usize,
+    pub b2: usize,
+}
+
 impl Layout {
     pub fn new(cfg: &ModelConfig) -> Result<Self> {
-        if !cfg.arch.is_nrgpt() {
-            bail!("the fast backend runs NRGPT only, not {}", cfg.arch.name());
-        }
         let specs = param_specs(cfg);
         let names: Vec<String> = specs.iter().map(|s| s.0.clone()).collect();
         let shapes = specs.iter().map(|s| s.1.clone()).collect();
         let find = |n: &str| names.iter().position(|x| x == n);
         let get = |n: &str| find(n).with_context(|| format!("no parameter {n}"));
+        let body = match cfg.arch {
+            Arch::NrgptFf2w | Arch::NrgptFf1 => Body::Nrgpt(NrgptIdx {
+                gamma: get("block.norm.gamma")?,
+                wq: get("block.attn.wq")?,
+                wk: get("block.attn.wk")?,
+                alpha: get("block.attn.alpha")?,
+                w1: get("block.ff.w1")?,
+                b1: get("block.ff.b1")?,
+                w2: if cfg.arch == Arch::NrgptFf2w { Some(get("block.ff.w2")?) } else { None },
+                b2: if cfg.arch == Arch::NrgptFf2w { Some(get("block.ff.b2")?) } else { None },
+                ff_scale: get("block.ff_scale")?,
+                log_c: if cfg.eta == EtaKind::Stable { Some(get("block.eta.log_c")?) } else { None },
+                eta_w: if cfg.eta == EtaKind::Free { Some(get("block.eta.w")?) } else { None },
+            }),
+            Arch::Gpt | Arch::GptRec => {
+                let layers = if cfg.arch == Arch::Gpt { cfg.steps } else { 1 };
+                let layer = |l: usize| -> Result<GptIdx> {
+                    let g = |s: &str| get(&format!("layers.{l}.{s}"));
+                    Ok(GptIdx {
+                        ln1: g("ln1")?,
+                        wq: g("attn.wq")?,
+                        wk: g("attn.wk")?,
+                        wv: g("attn.wv")?,
+                        wo: g("attn.wo")?,
+                        ln2: g("ln2")?,
+                        w1: g("mlp.w1")?,
+                        b1: g("mlp.b1")?,
+                        w2: g("mlp.w2")?,
+                        b2: g("mlp.b2")?,
+                    })
+                };
+                Body::Gpt((0..layers).map(layer).collect::<Result<_>>()?)
+            }
+        };
         Ok(Self {
             tok: get("tok_emb")?,
             pos: get("pos_emb")?,
             out_gamma: get("out_norm.gamma")?,
             head_w: get("head.w")?,
             head_b: get("head.b")?,
-            gamma: get("block.norm.gamma")?,
-            wq: get("block.attn.wq")?,
-            wk: get("block.attn.wk")?,
-            alpha: get("block.attn.alpha")?,
-            w1: get("block.ff.w1")?,
-            b1: get("block.ff.b1")?,
-            w2: if cfg.arch == Arch::NrgptFf2w { Some(get("block.ff.w2")?) } else { None },
-            b2: if cfg.arch == Arch::NrgptFf2w { Some(get("block.ff.b2")?) } else { None },
-            ff_scale: get("block.ff_scale")?,
-            log_c: if cfg.eta == EtaKind::Stable { Some(get("block.eta.log_c")?) } else { None },
-            eta_w: if cfg.eta == EtaKind::Free { Some(get("block.eta.w")?) } else { None },
+            body,
             names,
             shapes,
         })
+    }
+
+    /// The NRGPT block's indices (the NRGPT forward and backward only run for NRGPT).
+    pub fn nrgpt(&self) -> &NrgptIdx {
+        match &self.body {
+            Body::Nrgpt(ix) => ix,
+            Body::Gpt(_) => unreachable!("an NRGPT pass on a GPT layout"),
+        }
+    }
+
+    /// The GPT layers' indices.
+    pub fn gpt(&self) -> &[GptIdx] {
+        match &self.body {
+            Body::Gpt(ix) => ix,
+            Body::Nrgpt(_) => unreachable!("a GPT pass on an NRGPT layout"),
+        }
     }
 
     /// Zeroed buffers of every parameter's size.

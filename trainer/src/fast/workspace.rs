@@ -60,9 +60,37 @@ pub struct StepTape {
     pub gff: Vec<f32>,
 }
 
+/// What one applied GPT layer saves (src/gpt.rs: x + Attn(N1(x)), then + MLP(N2(.))).
+pub struct LayerTape {
+    /// The layer's input, (r, d).
+    pub x: Vec<f32>,
+    /// First norm: xh, 1/scale, g1 = ln1 * xh.
+    pub xh1: Vec<f32>,
+    pub rstd1: Vec<f32>,
+    pub g1: Vec<f32>,
+    /// q, k, v = g1 W^T, (r, hd).
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    /// Attention probabilities per (sequence, head), (nb, h, n, n); zero where masked.
+    pub p: Vec<f32>,
+    /// o = P v, merged heads (r, hd).
+    pub o: Vec<f32>,
+    /// Second norm (of x + attention).
+    pub xh2: Vec<f32>,
+    pub rstd2: Vec<f32>,
+    pub g2: Vec<f32>,
+    /// s(u) and s'(u), u = g2 W1^T + b1, (r, m).
+    pub s: Vec<f32>,
+    pub ds: Vec<f32>,
+}
+
 pub struct Workspace {
     pub dims: Dims,
+    /// NRGPT: one per descent step (empty for GPT).
     pub tape: Vec<StepTape>,
+    /// GPT: one per applied layer (empty for NRGPT).
+    pub layers: Vec<LayerTape>,
     /// x(T) and the output norm.
     pub x_out: Vec<f32>,
     pub xh_out: Vec<f32>,
@@ -79,6 +107,7 @@ pub struct Workspace {
     pub tmp_hd: Vec<f32>,
     pub dq: Vec<f32>,
     pub dk: Vec<f32>,
+    pub dv: Vec<f32>,
     pub ta: Vec<f32>,
     pub tb: Vec<f32>,
     pub nn: Vec<f32>,
@@ -94,7 +123,8 @@ impl Workspace {
         let (r, d, hd, m) = (dm.r, dm.d, dm.hd, dm.m);
         let z = |len: usize| vec![0f32; len];
         let nf = if cfg.arch == Arch::NrgptFf2w { 5 } else { 2 };
-        let tape = (0..dm.steps)
+        let nrgpt = cfg.arch.is_nrgpt();
+        let tape = (0..if nrgpt { dm.steps } else { 0 })
             .map(|_| StepTape {
                 x: z(r * d),
                 xh: z(r * d),
@@ -109,9 +139,28 @@ impl Workspace {
                 gff: z(r * d),
             })
             .collect();
+        let layers = (0..if nrgpt { 0 } else { dm.steps })
+            .map(|_| LayerTape {
+                x: z(r * d),
+                xh1: z(r * d),
+                rstd1: z(r),
+                g1: z(r * d),
+                q: z(r * hd),
+                k: z(r * hd),
+                v: z(r * hd),
+                p: z(nb * dm.h * dm.n * dm.n),
+                o: z(r * hd),
+                xh2: z(r * d),
+                rstd2: z(r),
+                g2: z(r * d),
+                s: z(r * m),
+                ds: z(r * m),
+            })
+            .collect();
         Self {
             dims: dm,
             tape,
+            layers,
             x_out: z(r * d),
             xh_out: z(r * d),
             rstd_out: z(r),
@@ -125,6 +174,7 @@ impl Workspace {
             tmp_hd: z(r * hd),
             dq: z(r * hd),
             dk: z(r * hd),
+            dv: z(r * hd),
             ta: z(r * m),
             tb: z(r * m),
             nn: z(dm.n * dm.n),

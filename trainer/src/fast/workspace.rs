@@ -1,5 +1,5 @@
 //! Preallocated buffers for one chunk of sequences: what the forward keeps
-//! for the backward (the "tape", one set per descent step) and the backward's
+//! for the backward (the "tape": one set per NRGPT descent step or applied GPT layer) and the backward's
 //! scratch space. Allocated once; a training step allocates nothing.
 
 use nrgpt_web::{Arch, ModelConfig};

@@ -21,14 +21,6 @@ fn layer_masks<'a>(masks: Option<&[&'a [f32]]>, i: usize) -> (Option<&'a [f32]>,
     }
 }
 
-/// out = x + mask * branch
-fn residual(out: &mut [f32], x: &[f32], branch: &[f32], mask: Option<&[f32]>) {
-    match mask {
-        Some(mk) => (0..out.len()).for_each(|i| out[i] = x[i] + branch[i] * mk[i]),
-        None => (0..out.len()).for_each(|i| out[i] = x[i] + branch[i]),
-    }
-}
-
 /// out += mask * branch
 fn add_masked(out: &mut [f32], branch: &[f32], mask: Option<&[f32]>) {
     match mask {
@@ -83,7 +75,8 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>],
         }
         // x' = x + m1 * (o Wo^T), held in x_next
         mm(tmp_d, View::rm(&st.o, r, hd), View::rm(&pt[ix.wo], hd, d), false, 1.0);
-        residual(x_next, &st.x, tmp_d, m1);
+        x_next.copy_from_slice(&st.x);
+        add_masked(x_next, tmp_d, m1);
 
         // g2 = N2(x'); s = act(g2 W1^T + b1)
         norm_fwd(cfg.norm, x_next, &p[ix.ln2], eps, d, &mut st.xh2, &mut st.rstd2, &mut st.g2);

@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use candle_core::{DType, Device};
-use nrgpt_web::engine::{Backend, Engine, EngineOpts};
-use nrgpt_web::model::init_weights;
-use nrgpt_web::session::{Session, StepOpts};
-use nrgpt_web::{Arch, Checkpoint, ModelConfig, Vocab};
+use nrgpt_engine::{Backend, Decoder, DecoderOpts};
+use nrgpt_core::model::init_weights;
+use nrgpt_core::session::{Session, StepOpts};
+use nrgpt_core::{Arch, Checkpoint, ModelConfig, Vocab};
 
 fn checkpoint(block: usize) -> Vec<u8> {
     // the shipped default's shape, with a block long enough for the contexts
@@ -23,7 +23,7 @@ fn checkpoint(block: usize) -> Vec<u8> {
 }
 
 /// Mean ms per character for `k` pushes ending at context length `ctx`.
-fn time_engine(eng: &mut Engine, ctx: usize, k: usize) -> f64 {
+fn time_engine(eng: &mut Decoder, ctx: usize, k: usize) -> f64 {
     let opts = StepOpts::default();
     eng.reset();
     let prompt: Vec<u32> = (0..(ctx - k) as u32).map(|i| i % 65).collect();
@@ -52,8 +52,8 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let block = 256;
     let bytes = checkpoint(block);
-    let mut cpu = pollster::block_on(Engine::new(&bytes, EngineOpts { force_cpu: true })).unwrap();
-    let mut gpu = pollster::block_on(Engine::new(&bytes, EngineOpts::default())).unwrap();
+    let mut cpu = pollster::block_on(Decoder::new(&bytes, DecoderOpts { force_cpu: true })).unwrap();
+    let mut gpu = pollster::block_on(Decoder::new(&bytes, DecoderOpts::default())).unwrap();
     let mut reference = Session::from_bytes(&bytes).unwrap();
     let gpu_name = match gpu.backend() {
         Backend::Gpu { adapter } => adapter.clone(),

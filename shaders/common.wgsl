@@ -1,16 +1,16 @@
 // Bindings and workgroup helpers shared by the fused descent kernel.
 // The constants (sizes, offsets, flags) are generated per checkpoint by
-// src/engine/gpu.rs and prepended to this file.
+// crates/engine/src/gpu_decoder.rs and prepended to this file.
 
+// One token per dispatch.
 struct Job {
-    // position of the first token in this dispatch
+    // the token's position
     start: u32,
-    // tokens to descend, one after another
-    count: u32,
+    // its index in `tokens`
+    first: u32,
     // early-exit tolerance on |E(t) - E(t-1)|; 0 disables it
     tol: f32,
-    // index of this dispatch's first token in `tokens`
-    first: u32,
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> job: Job;

@@ -15,59 +15,57 @@ var<workgroup> energy_now: f32;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_index) tid: u32) {
-    for (var n = 0u; n < job.count; n++) {
-        let a = job.start + n;
-        let tok = tokens[job.first + n];
-        // x(0) = token embedding + position embedding
-        for (var j = tid; j < D; j += WG) {
-            io[IO_X + j] = w_at(W_TOK + tok * D + j) + w_at(W_POS + a * D + j);
+    let a = job.start;
+    let tok = tokens[job.first];
+    // x(0) = token embedding + position embedding
+    for (var j = tid; j < D; j += WG) {
+        io[IO_X + j] = w_at(W_TOK + tok * D + j) + w_at(W_POS + a * D + j);
+    }
+    sync();
+    var prev = 0.0;
+    // `done` rather than `break` keeps every barrier in plain uniform control flow
+    var done = false;
+    for (var t = 0u; t < LEVELS; t++) {
+        if (done) {
+            continue;
+        }
+        norm_into(tid, IO_X, F_GAMMA, false);
+        // q = Wq g; k = Wk g goes to the cache
+        for (var i = tid; i < HD; i += WG) {
+            var sq = 0.0;
+            var sk = 0.0;
+            for (var j = 0u; j < D; j++) {
+                sq += w_at(W_Q + i * D + j) * g[j];
+                sk += w_at(W_K + i * D + j) * g[j];
+            }
+            q[i] = sq;
+            kcache[(t * BLOCK + a) * HD + i] = sk;
         }
         sync();
-        var prev = 0.0;
-        // `done` rather than `break` keeps every barrier in plain uniform control flow
-        var done = false;
-        for (var t = 0u; t < LEVELS; t++) {
-            if (done) {
-                continue;
-            }
-            norm_into(tid, IO_X, F_GAMMA, false);
-            // q = Wq g; k = Wk g goes to the cache
-            for (var i = tid; i < HD; i += WG) {
-                var sq = 0.0;
-                var sk = 0.0;
-                for (var j = 0u; j < D; j++) {
-                    sq += w_at(W_Q + i * D + j) * g[j];
-                    sk += w_at(W_K + i * D + j) * g[j];
+        let e_at = attn_energy(tid, a, t);
+        let e_ff = ff_energy(tid);
+        readout(tid, t);
+        if (tid == 0u) {
+            energy_now = e_at + fvec[F_FFSCALE] * e_ff;
+            io[IO_E + t] = energy_now;
+        }
+        let e = workgroupUniformLoad(&energy_now);
+        let settled = job.tol > 0.0 && t > 0u && abs(e - prev) < job.tol;
+        if (t + 1u == LEVELS || settled) {
+            // later levels read this settled state's keys
+            for (var t2 = t + 1u; t2 < LEVELS; t2++) {
+                for (var i = tid; i < HD; i += WG) {
+                    kcache[(t2 * BLOCK + a) * HD + i] = kcache[(t * BLOCK + a) * HD + i];
                 }
-                q[i] = sq;
-                kcache[(t * BLOCK + a) * HD + i] = sk;
+            }
+            if (tid == 0u) {
+                io[IO_STEPS] = f32(t);
             }
             sync();
-            let e_at = attn_energy(tid, a, t);
-            let e_ff = ff_energy(tid);
-            readout(tid, t);
-            if (tid == 0u) {
-                energy_now = e_at + fvec[F_FFSCALE] * e_ff;
-                io[IO_E + t] = energy_now;
-            }
-            let e = workgroupUniformLoad(&energy_now);
-            let settled = job.tol > 0.0 && t > 0u && abs(e - prev) < job.tol;
-            if (t + 1u == LEVELS || settled) {
-                // later levels read this settled state's keys
-                for (var t2 = t + 1u; t2 < LEVELS; t2++) {
-                    for (var i = tid; i < HD; i += WG) {
-                        kcache[(t2 * BLOCK + a) * HD + i] = kcache[(t * BLOCK + a) * HD + i];
-                    }
-                }
-                if (tid == 0u) {
-                    io[IO_STEPS] = f32(t);
-                }
-                sync();
-                done = true;
-            } else {
-                prev = e;
-                update_x(tid);
-            }
+            done = true;
+        } else {
+            prev = e;
+            update_x(tid);
         }
     }
 }

@@ -14,7 +14,8 @@ fn act(u: f32) -> vec2<f32> {
     return vec2<f32>(0.0, 0.0);
 }
 
-// erf, |error| < 1.5e-7 (Abramowitz & Stegun 7.1.26): WGSL has no erf.
+// erf, |error| < 1.5e-7 (Abramowitz & Stegun 7.1.26): WGSL has no erf. The WGSL copy
+// of nrgpt_core::scalar::{erf_with_exp, act3}; tests/engine.rs holds them together.
 fn erf_approx(x: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.3275911 * abs(x));
     let y = 1.0 - (((((1.0614054 * t - 1.4531521) * t) + 1.4214137) * t - 0.28449674) * t + 0.2548296) * t * exp(-x * x);

@@ -1,3 +1,4 @@
+// The WGSL copy of nrgpt_core::scalar::norm_row (crates/core/src/scalar.rs).
 // g = gamma * (x - mean) / s (LayerNorm) or gamma * x / r (RMSNorm), from
 // io[src..src+D] into the workgroup vector `g` (to_out = false) or `gout`.
 // (WGSL cannot pass workgroup pointers to functions, hence the flag.)

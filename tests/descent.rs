@@ -5,8 +5,8 @@ mod common;
 
 use candle_core::{Device, Tensor};
 use common::{ids, random_model, rel_err, tiny_config, to_vec};
-use nrgpt_web::model::Weights;
-use nrgpt_web::{Arch, EtaKind, ForwardOpts, Model, ModelConfig, NormKind};
+use nrgpt_core::model::Weights;
+use nrgpt_core::{Arch, EtaKind, ForwardOpts, Model, ModelConfig, NormKind};
 
 /// A random NRGPT with eta = c * diag(gamma), c small, gamma random positive/negative.
 fn stable_model(arch: Arch, norm: NormKind, c: f64, steps: usize) -> (Model, ModelConfig) {
@@ -16,7 +16,7 @@ fn stable_model(arch: Arch, norm: NormKind, c: f64, steps: usize) -> (Model, Mod
     cfg.eta = EtaKind::Stable;
     let (_, mut w): (Model, Weights) = random_model(&cfg, 11);
     w.insert("block.eta.log_c".into(), Tensor::new(&[c.ln()], &Device::Cpu).unwrap());
-    w.insert("block.norm.gamma".into(), common::randn(&[cfg.d_model], 1.0, &mut nrgpt_web::rng::Rng64::new(5)));
+    w.insert("block.norm.gamma".into(), common::randn(&[cfg.d_model], 1.0, &mut nrgpt_core::rng::Rng64::new(5)));
     (Model::new(&cfg, &w).unwrap(), cfg)
 }
 
@@ -119,7 +119,7 @@ fn block_energy_gradient_matches_finite_differences() {
     w.insert("block.ff_scale".into(), Tensor::new(&[0.7f64], &Device::Cpu).unwrap());
     let model = Model::new(&cfg, &w).unwrap();
     let block = model.nrgpt_block().unwrap();
-    let g = common::randn(&[1, 4, cfg.d_model], 1.0, &mut nrgpt_web::rng::Rng64::new(9));
+    let g = common::randn(&[1, 4, cfg.d_model], 1.0, &mut nrgpt_core::rng::Rng64::new(9));
     let grad = to_vec(&block.energy_grad(&g, false).unwrap().grad);
     let base = to_vec(&g);
     let h = 1e-5;

@@ -5,10 +5,10 @@ mod common;
 
 use candle_core::{Device, Tensor};
 use common::{randn, rel_err, to_vec};
-use nrgpt_web::energy::{AttnEnergy, FfEnergy};
-use nrgpt_web::norm::{norm, norm_vjp};
-use nrgpt_web::rng::Rng64;
-use nrgpt_web::{Activation, NormKind};
+use nrgpt_core::energy::{AttnEnergy, FfEnergy};
+use nrgpt_core::norm::{norm, norm_vjp};
+use nrgpt_core::rng::Rng64;
+use nrgpt_core::{Activation, NormKind};
 
 const H: f64 = 1e-5;
 const TOL: f64 = 1e-6;

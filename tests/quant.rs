@@ -8,10 +8,11 @@ use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
 use common::{ids, random_model, rel_err, tiny_config, to_vec};
-use nrgpt_web::model::{param_specs, Weights};
-use nrgpt_web::quant::{dequantize, packed_lens, quantize, PackedCheckpoint, PackedTensor, Scheme, BLOCK};
-use nrgpt_web::rng::Rng64;
-use nrgpt_web::{Arch, Checkpoint, Error, ForwardOpts, ModelConfig, Vocab};
+use nrgpt_core::layout::{ParamSpec, WeightLayout};
+use nrgpt_core::model::Weights;
+use nrgpt_core::format::{dequantize, packed_lens, quantize, PackedCheckpoint, PackedTensor, Scheme, BLOCK};
+use nrgpt_core::rng::Rng64;
+use nrgpt_core::{Arch, Checkpoint, Error, ForwardOpts, ModelConfig, Vocab};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
@@ -188,7 +189,7 @@ fn quantized_checkpoints_run_close_to_f32() {
             assert_eq!(loaded.config, cfg);
             assert_eq!(loaded.vocab, ck.vocab);
             assert!(loaded.extra.is_empty());
-            for (name, shape, _) in param_specs(&cfg) {
+            for ParamSpec { name, shape, .. } in WeightLayout::new(&cfg).specs {
                 let (a, b) = (to_vec(&w[&name]), to_vec(&loaded.weights[&name]));
                 if shape.len() == 1 || scheme == Scheme::F32 {
                     // stored as f32: exact up to the f64 -> f32 cast
@@ -219,16 +220,16 @@ fn packed_view_matches_the_file_and_any_safetensors_reader() {
         let bytes = ck.to_quant_bytes(scheme).unwrap();
         let p = PackedCheckpoint::from_bytes(&bytes).unwrap();
         assert_eq!(p.scheme, scheme);
-        assert_eq!(p.tensors.len(), param_specs(&cfg).len());
+        assert_eq!(p.tensors.len(), WeightLayout::new(&cfg).specs.len());
         let st = SafeTensors::deserialize(&bytes).unwrap();
         let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
         let md = header.metadata().clone().unwrap();
         assert_eq!(md["format"], "nrgpt-web/quant/v1");
         assert_eq!(md["quant"], scheme.name());
         assert_eq!(md["block"], "32");
-        for (name, shape, _) in param_specs(&cfg) {
+        for (i, ParamSpec { name, shape, .. }) in WeightLayout::new(&cfg).specs.into_iter().enumerate() {
             let data: Vec<f32> = w[&name].to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-            match &p.tensors[&name] {
+            match &p.tensors[i] {
                 PackedTensor::Quant { shape: s, words, scales } => {
                     assert_eq!(shape.len(), 2, "{name}");
                     assert_eq!(s, &shape);
@@ -258,8 +259,9 @@ fn packed_view_matches_the_file_and_any_safetensors_reader() {
     train_ck.extra.insert("opt.m.head.w".into(), Tensor::zeros((2, 2), DType::F32, &Device::Cpu).unwrap());
     let p = PackedCheckpoint::from_bytes(&train_ck.to_bytes().unwrap()).unwrap();
     assert_eq!(p.scheme, Scheme::F32);
-    assert!(p.tensors.values().all(|t| matches!(t, PackedTensor::F32(_))));
-    assert!(!p.tensors.contains_key("opt.m.head.w"));
+    assert!(p.tensors.iter().all(|t| matches!(t, PackedTensor::F32(_))));
+    assert_eq!(p.tensors.len(), p.layout.specs.len());
+    assert!(p.layout.find("opt.m.head.w").is_none());
     // to_quant_bytes(F32) is that file without the optimizer state
     let slim = Checkpoint::from_bytes(&train_ck.to_quant_bytes(Scheme::F32).unwrap(), DType::F32, &Device::Cpu).unwrap();
     assert!(slim.extra.is_empty());

@@ -11,7 +11,7 @@ use leptos::prelude::*;
 
 use super::chart::{show_char, CandidateTable, EnergyChart, TrajectoryChart};
 use super::client::Client;
-use super::gpu::{probe, GpuProbe};
+use super::gpu_probe::{probe, GpuProbe};
 use super::manifest::{self, ModelEntry};
 use super::protocol::{FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
 

@@ -6,7 +6,7 @@ pub mod app;
 pub mod chart;
 pub mod client;
 pub mod fetch;
-pub mod gpu;
+pub mod gpu_probe;
 pub mod manifest;
 pub mod protocol;
 pub mod worker;

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::JsValue;
 
-use crate::session::TokenTrace;
+use nrgpt_core::session::TokenTrace;
 
 /// Page -> worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -12,43 +12,43 @@ use web_sys::{DedicatedWorkerGlobalScope, MessageChannel, MessageEvent};
 
 use super::fetch::fetch_cached;
 use super::protocol::{from_js, to_js, FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
-use crate::rng::Rng64;
-use crate::sample::{draw, filtered_probs, SampleOpts};
-use crate::session::{Session, StepOpts, TokenTrace};
-use crate::{ModelConfig, Vocab};
+use nrgpt_core::rng::Rng64;
+use nrgpt_core::sample::{draw, filtered_probs, SampleOpts};
+use nrgpt_core::session::{Session, StepOpts, TokenTrace};
+use nrgpt_core::{ModelConfig, Vocab};
 
 /// The inference backend. Every NRGPT checkpoint runs on the incremental
 /// engine (cached keys, O(T n D) per character): WebGPU when the browser gives
 /// an adapter, else the same algorithm in plain Rust. The recomputing reference
 /// is kept for the GPT baselines, which have no incremental engine.
-pub enum Engine {
+pub enum PageBackend {
     Reference(Session),
-    Incremental(crate::engine::Engine),
+    Incremental(nrgpt_engine::Decoder),
 }
 
-impl Engine {
+impl PageBackend {
     /// Picks the incremental engine when it takes this checkpoint, else the reference, and says why.
     async fn load(bytes: &[u8]) -> Result<Self, String> {
-        use crate::engine::{Backend, Engine as IncrementalEngine, EngineOpts};
-        match IncrementalEngine::new(bytes, EngineOpts::default()).await {
+        use nrgpt_engine::{Backend, Decoder, DecoderOpts};
+        match Decoder::new(bytes, DecoderOpts::default()).await {
             Ok(e) => {
                 if let Backend::Cpu { reason } = e.backend() {
                     web_sys::console::info_1(&format!("no WebGPU ({reason}): using the CPU engine").into());
                 }
-                Ok(Engine::Incremental(e))
+                Ok(PageBackend::Incremental(e))
             }
             Err(why) => {
                 web_sys::console::info_1(&format!("using the CPU reference: {why}").into());
-                Session::from_bytes(bytes).map(Engine::Reference).map_err(|e| e.to_string())
+                Session::from_bytes(bytes).map(PageBackend::Reference).map_err(|e| e.to_string())
             }
         }
     }
     pub fn backend(&self) -> String {
-        use crate::engine::Backend;
+        use nrgpt_engine::Backend;
         match self {
-            Engine::Reference(_) => "CPU reference (wasm)".into(),
+            PageBackend::Reference(_) => "CPU reference (wasm)".into(),
             // the page names the adapter itself (browsers often leave wgpu's adapter info empty)
-            Engine::Incremental(e) => match e.backend() {
+            PageBackend::Incremental(e) => match e.backend() {
                 Backend::Gpu { .. } => "WebGPU engine".into(),
                 Backend::Cpu { .. } => "CPU engine (wasm)".into(),
             },
@@ -56,34 +56,51 @@ impl Engine {
     }
     pub fn config(&self) -> &ModelConfig {
         match self {
-            Engine::Reference(s) => &s.model.cfg,
-            Engine::Incremental(e) => e.config(),
+            PageBackend::Reference(s) => &s.model.cfg,
+            PageBackend::Incremental(e) => e.config(),
         }
     }
     pub fn vocab(&self) -> &Vocab {
         match self {
-            Engine::Reference(s) => &s.vocab,
-            Engine::Incremental(e) => e.vocab(),
+            PageBackend::Reference(s) => &s.vocab,
+            PageBackend::Incremental(e) => e.vocab(),
         }
     }
     pub fn reset(&mut self) {
         match self {
-            Engine::Reference(s) => s.reset(),
-            Engine::Incremental(e) => e.reset(),
+            PageBackend::Reference(s) => s.reset(),
+            PageBackend::Incremental(e) => e.reset(),
         }
     }
     pub async fn push(&mut self, token: u32, opts: &StepOpts) -> Result<TokenTrace, String> {
         match self {
-            Engine::Reference(s) => s.push(token, opts).map_err(|e| e.to_string()),
-            Engine::Incremental(e) => e.push(token, opts).await.map_err(|e| e.to_string()),
+            PageBackend::Reference(s) => s.push(token, opts).map_err(|e| e.to_string()),
+            PageBackend::Incremental(e) => e.push(token, opts).await.map_err(|e| e.to_string()),
+        }
+    }
+    /// Feeds part of a prompt: the incremental engine takes it in one
+    /// submission (one GPU read-back), the reference a character at a time.
+    async fn push_prompt(&mut self, tokens: &[u32], opts: &StepOpts) -> Result<TokenTrace, String> {
+        match self {
+            PageBackend::Reference(s) => {
+                let mut last = None;
+                for &t in tokens {
+                    last = Some(s.push(t, opts).map_err(|e| e.to_string())?);
+                }
+                last.ok_or_else(|| "nothing to feed: the text is empty".to_string())
+            }
+            PageBackend::Incremental(e) => e.push_many(tokens, opts).await.map_err(|e| e.to_string()),
         }
     }
 }
 
+/// Prompt characters fed between two checks of the stop button.
+const PROMPT_CHUNK: usize = 32;
+
 #[derive(Default)]
 struct State {
     /// None while a run has it (taken out so no borrow lives across an await).
-    engine: Option<Engine>,
+    engine: Option<PageBackend>,
     running: bool,
     stop: Cell<bool>,
 }
@@ -151,7 +168,7 @@ async fn load(state: Rc<RefCell<State>>, url: String) {
         Ok(x) => x,
         Err(message) => return post(&FromWorker::Error { run: 0, message }),
     };
-    let engine = match Engine::load(&bytes).await {
+    let engine = match PageBackend::load(&bytes).await {
         Ok(e) => e,
         Err(e) => return post(&FromWorker::Error { run: 0, message: format!("could not read the checkpoint {url}: {e}") }),
     };
@@ -162,7 +179,7 @@ async fn load(state: Rc<RefCell<State>>, url: String) {
         block_size: cfg.block_size,
         d_model: cfg.d_model,
         vocab: engine.vocab().chars().iter().collect(),
-        params: crate::model::num_params(cfg),
+        params: nrgpt_core::model::num_params(cfg),
         backend: engine.backend(),
         from_cache,
     };
@@ -196,7 +213,7 @@ async fn generate(state: Rc<RefCell<State>>, req: GenerateRequest) {
     }
 }
 
-async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut Engine, req: &GenerateRequest) -> Result<(usize, bool), String> {
+async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut PageBackend, req: &GenerateRequest) -> Result<(usize, bool), String> {
     let stopped = || state.borrow().stop.get();
     let ids = engine.vocab().encode(&req.prompt).map_err(|e| format!("the prompt has a {e}"))?;
     if ids.is_empty() {
@@ -211,11 +228,11 @@ async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut Engine, req: &G
     };
     engine.reset();
     let mut trace = None;
-    for &id in &ids {
+    for chunk in ids.chunks(PROMPT_CHUNK) {
         if stopped() {
             return Ok((0, true));
         }
-        trace = Some(engine.push(id, &opts).await?);
+        trace = Some(engine.push_prompt(chunk, &opts).await?);
         yield_now().await;
     }
     let mut trace = trace.expect("the prompt is not empty");

@@ -2,9 +2,9 @@
 #![allow(dead_code)]
 
 use candle_core::{DType, Device, Tensor};
-use nrgpt_web::model::{init_weights, Weights};
-use nrgpt_web::rng::Rng64;
-use nrgpt_web::{Arch, ModelConfig, Model};
+use nrgpt_core::model::{init_weights, Weights};
+use nrgpt_core::rng::Rng64;
+use nrgpt_core::{Arch, ModelConfig, Model};
 
 /// Random tensor with entries N(0, std^2), f64 on CPU.
 pub fn randn(shape: &[usize], std: f64, rng: &mut Rng64) -> Tensor {

@@ -4,8 +4,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
-use nrgpt_web::rng::Rng64;
-use nrgpt_web::Vocab;
+use nrgpt_core::rng::Rng64;
+use nrgpt_core::Vocab;
 
 pub struct Corpus {
     pub train: Vec<u32>,

@@ -3,9 +3,9 @@
 
 use anyhow::Result;
 use candle_core::{Device, Tensor};
-use nrgpt_web::model::cross_entropy;
-use nrgpt_web::rng::Rng64;
-use nrgpt_web::{ForwardOpts, Model};
+use nrgpt_core::model::cross_entropy;
+use nrgpt_core::rng::Rng64;
+use nrgpt_core::{ForwardOpts, Model};
 
 use crate::data::{all_windows, random_batch};
 

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
-use nrgpt_web::model::num_params;
-use nrgpt_web::quant::Scheme;
-use nrgpt_web::Checkpoint;
+use nrgpt_core::model::num_params;
+use nrgpt_core::format::Scheme;
+use nrgpt_core::Checkpoint;
 
 use crate::train::write_atomic;
 

@@ -6,13 +6,13 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 use clap::{Args, Parser, Subcommand};
-use nrgpt_web::quant::Scheme;
-use nrgpt_web::sample::{generate, SampleOpts};
-use nrgpt_web::{Activation, Arch, Checkpoint, EtaKind, ModelConfig, NormKind, Vocab};
+use nrgpt_core::format::Scheme;
+use nrgpt_core::sample::{generate, SampleOpts};
+use nrgpt_core::{Activation, Arch, Checkpoint, EtaKind, ModelConfig, NormKind, Vocab};
 use trainer::data::Corpus;
 use trainer::eval::{full_loss, monotone_fraction};
 use trainer::export::export;
-use trainer::fast::Backend;
+use trainer::fast::TrainBackend;
 use trainer::train::{run, RunPaths, Start, TrainSettings};
 use trainer::vocab_file::tokenizer_json;
 
@@ -117,9 +117,9 @@ struct TrainArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
-    /// auto (= fast) | candle (autograd; the reference the fast backend is tested against) | fast
-    #[arg(long, default_value = "auto")]
-    backend: Backend,
+    /// fast | candle (autograd; the reference the fast backend is tested against)
+    #[arg(long, default_value = "fast")]
+    backend: TrainBackend,
 }
 
 /// A checkpoint run over the corpus: what `eval` and `energy` both read.

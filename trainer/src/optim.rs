@@ -4,7 +4,7 @@
 use anyhow::Result;
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
-use nrgpt_web::model::Weights;
+use nrgpt_core::model::Weights;
 
 /// AdamW's settings, one value for both backends (candle here, `fast::adamw`)
 /// so a run resumed on the other backend continues the same optimiser.
@@ -39,7 +39,7 @@ pub fn clip_factor(norm: f64, max_norm: f64) -> f64 {
     }
 }
 
-pub struct AdamW {
+pub struct CandleAdamW {
     pub vars: Vec<(String, Var)>,
     pub m: Vec<Tensor>,
     pub v: Vec<Tensor>,
@@ -47,7 +47,7 @@ pub struct AdamW {
     pub hp: AdamHyper,
 }
 
-impl AdamW {
+impl CandleAdamW {
     pub fn new(vars: Vec<(String, Var)>, weight_decay: f64) -> Result<Self> {
         let m = vars.iter().map(|(_, v)| v.zeros_like()).collect::<candle_core::Result<Vec<_>>>()?;
         let v = m.clone();

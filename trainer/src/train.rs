@@ -9,15 +9,15 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Var};
 use indicatif::{ProgressBar, ProgressStyle};
-use nrgpt_web::model::{cross_entropy, init_weights, num_params, Dropout, Weights};
-use nrgpt_web::rng::Rng64;
-use nrgpt_web::{Checkpoint, ForwardOpts, Model, ModelConfig, Vocab};
+use nrgpt_core::model::{cross_entropy, init_weights, num_params, Dropout, Weights};
+use nrgpt_core::rng::Rng64;
+use nrgpt_core::{Checkpoint, ForwardOpts, Model, ModelConfig, Vocab};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{random_batch, random_batch_ids, Corpus};
 use crate::eval::estimate_loss;
-use crate::fast::{self, Backend, FastModel};
-use crate::optim::{clip_factor, lr_at, AdamW};
+use crate::fast::{self, FastModel, TrainBackend};
+use crate::optim::{clip_factor, lr_at, CandleAdamW};
 
 /// Everything that defines a run besides the model config; saved in the
 /// checkpoint so `--resume` continues with the same settings.
@@ -75,61 +75,61 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn save(paths: &RunPaths, cfg: &ModelConfig, vocab: &Vocab, engine: &Engine, state: &TrainState) -> Result<()> {
+fn save(paths: &RunPaths, cfg: &ModelConfig, vocab: &Vocab, learner: &Learner, state: &TrainState) -> Result<()> {
     let mut meta = BTreeMap::new();
     meta.insert("train_state".to_string(), serde_json::to_string(state)?);
-    let ck = Checkpoint { config: cfg.clone(), vocab: vocab.clone(), weights: engine.weights()?, extra: engine.opt_state()?, meta };
+    let ck = Checkpoint { config: cfg.clone(), vocab: vocab.clone(), weights: learner.weights()?, extra: learner.opt_state()?, meta };
     write_atomic(&paths.ckpt(), &ck.to_bytes()?)
 }
 
 /// The model and optimizer of one backend: candle autograd on `Var`s, or the
 /// fast backend's hand-written backward on flat f32 buffers. Both save the
 /// same checkpoint (parameter names, `opt.m.*` / `opt.v.*` moments).
-enum Engine {
-    Candle { vars: Vec<(String, Var)>, model: Model, opt: AdamW },
-    Fast { model: Box<FastModel>, opt: fast::adamw::AdamW },
+enum Learner {
+    Candle { vars: Vec<(String, Var)>, model: Model, opt: CandleAdamW },
+    Fast { model: Box<FastModel>, opt: fast::adamw::FastAdamW },
 }
 
-impl Engine {
-    fn new(cfg: &ModelConfig, weights: &Weights, s: &TrainSettings, backend: Backend) -> Result<Self> {
-        let use_fast = backend != Backend::Candle;
+impl Learner {
+    fn new(cfg: &ModelConfig, weights: &Weights, s: &TrainSettings, backend: TrainBackend) -> Result<Self> {
+        let use_fast = backend == TrainBackend::Fast;
         if use_fast {
             let model = FastModel::new(cfg, weights, s.batch, fast::num_threads())?;
-            let opt = fast::adamw::AdamW::new(&model.lay, s.weight_decay);
-            return Ok(Engine::Fast { model: Box::new(model), opt });
+            let opt = fast::adamw::FastAdamW::new(&model.lay, s.weight_decay);
+            return Ok(Learner::Fast { model: Box::new(model), opt });
         }
         let vars: Vec<(String, Var)> = weights.iter().map(|(n, t)| Ok((n.clone(), Var::from_tensor(t)?))).collect::<Result<_>>()?;
         let model = Model::new(cfg, &vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect())?;
-        let opt = AdamW::new(vars.clone(), s.weight_decay)?;
-        Ok(Engine::Candle { vars, model, opt })
+        let opt = CandleAdamW::new(vars.clone(), s.weight_decay)?;
+        Ok(Learner::Candle { vars, model, opt })
     }
 
     fn name(&self) -> &'static str {
         match self {
-            Engine::Candle { .. } => "candle",
-            Engine::Fast { .. } => "fast",
+            Learner::Candle { .. } => "candle",
+            Learner::Fast { .. } => "fast",
         }
     }
 
     /// The current parameters (detached copies).
     fn weights(&self) -> Result<Weights> {
         match self {
-            Engine::Candle { vars, .. } => Ok(vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().detach())).collect()),
-            Engine::Fast { model, .. } => model.weights(),
+            Learner::Candle { vars, .. } => Ok(vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().detach())).collect()),
+            Learner::Fast { model, .. } => model.weights(),
         }
     }
 
     fn opt_state(&self) -> Result<Weights> {
         match self {
-            Engine::Candle { opt, .. } => Ok(opt.state()),
-            Engine::Fast { model, opt } => opt.state(&model.lay),
+            Learner::Candle { opt, .. } => Ok(opt.state()),
+            Learner::Fast { model, opt } => opt.state(&model.lay),
         }
     }
 
     fn load_opt_state(&mut self, extra: &Weights, iter: u64) -> Result<()> {
         match self {
-            Engine::Candle { opt, .. } => opt.load_state(extra, iter),
-            Engine::Fast { model, opt } => opt.load_state(&model.lay, extra, iter),
+            Learner::Candle { opt, .. } => opt.load_state(extra, iter),
+            Learner::Fast { model, opt } => opt.load_state(&model.lay, extra, iter),
         }
     }
 
@@ -139,7 +139,7 @@ impl Engine {
         let mut rng = Rng64::derive(s.seed, iter as u64);
         let mut drop = Dropout { p: s.dropout, rng: Rng64::derive(s.seed ^ STREAM_DROPOUT, iter as u64) };
         match self {
-            Engine::Candle { model, opt, .. } => {
+            Learner::Candle { model, opt, .. } => {
                 let (x, y) = random_batch(&corpus.train, s.batch, cfg.block_size, &mut rng, &dev)?;
                 let logits = model.forward(&x, ForwardOpts { dropout: Some(&mut drop), ..Default::default() })?.logits;
                 let loss = cross_entropy(&logits, &y)?;
@@ -148,7 +148,7 @@ impl Engine {
                 opt.step(&grads, lr, clip)?;
                 Ok((loss.to_scalar::<f32>()? as f64, gnorm))
             }
-            Engine::Fast { model, opt } => {
+            Learner::Fast { model, opt } => {
                 let (x, y) = random_batch_ids(&corpus.train, s.batch, cfg.block_size, &mut rng)?;
                 // The masks the candle path would draw, in its order.
                 let shape = [s.batch, cfg.block_size, cfg.d_model];
@@ -202,7 +202,7 @@ pub enum Start {
 
 /// Trains a fresh model, or continues the run in `paths` exactly where its
 /// last checkpoint left it.
-pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet: bool, backend: Backend) -> Result<Outcome> {
+pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet: bool, backend: TrainBackend) -> Result<Outcome> {
     let dev = Device::Cpu;
     std::fs::create_dir_all(&paths.dir).with_context(|| format!("creating {}", paths.dir.display()))?;
     let (cfg, settings, weights, opt_state) = match start {
@@ -222,10 +222,10 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
     if vocab.len() != cfg.vocab_size {
         bail!("the vocabulary has {} characters but the model expects {}", vocab.len(), cfg.vocab_size);
     }
-    let mut engine = Engine::new(&cfg, &weights, &settings, backend)?;
+    let mut learner = Learner::new(&cfg, &weights, &settings, backend)?;
     let start = match opt_state {
         Some((extra, iter)) => {
-            engine.load_opt_state(&extra, iter as u64)?;
+            learner.load_opt_state(&extra, iter as u64)?;
             truncate_log(&paths.log(), iter)?;
             iter
         }
@@ -250,7 +250,7 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
         s.batch,
         s.iters,
         start,
-        engine.name()
+        learner.name()
     );
     let t0 = Instant::now();
     let mut trained_tokens = 0usize;
@@ -258,7 +258,7 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
     let (mut last_train, mut last_val) = (f64::NAN, f64::NAN);
     for iter in start..=s.iters {
         if iter % s.eval_every == 0 || iter == s.iters {
-            let m = Model::new(&cfg, &engine.weights()?)?;
+            let m = Model::new(&cfg, &learner.weights()?)?;
             last_train = estimate_loss(&m, &corpus.train, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
             last_val = estimate_loss(&m, &corpus.val, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
             writeln!(log, "{iter},,,,{last_train},{last_val},,{:.3}", t0.elapsed().as_secs_f64())?;
@@ -269,14 +269,14 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
                 pb.println(line);
             }
             let state = TrainState { iter, settings: s.clone(), train_loss: Some(last_train), val_loss: Some(last_val) };
-            save(paths, &cfg, vocab, &engine, &state)?;
+            save(paths, &cfg, vocab, &learner, &state)?;
         }
         if iter == s.iters {
             break;
         }
         let step_t = Instant::now();
         let lr = lr_at(iter, s.lr, s.min_lr, s.warmup, s.iters);
-        let (loss_v, gnorm) = engine.train_step(corpus, &cfg, s, iter, lr)?;
+        let (loss_v, gnorm) = learner.train_step(corpus, &cfg, s, iter, lr)?;
         if !loss_v.is_finite() {
             bail!("loss became {loss_v} at iteration {iter}; try a lower --lr");
         }

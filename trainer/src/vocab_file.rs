@@ -3,7 +3,7 @@
 //! pre-tokenizer, a `Fuse` decoder (so decoding adds no spaces).
 
 use anyhow::{anyhow, Result};
-use nrgpt_web::Vocab;
+use nrgpt_core::Vocab;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::models::bpe::BPE;
 use tokenizers::Tokenizer;

@@ -20,7 +20,7 @@ fn energy_reports_the_monotone_fraction() {
     let frac: f64 = text.split(':').nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
     assert!((0.5..=1.0).contains(&frac), "stable eta: most tokens descend monotonically, got {frac} in {text}");
     let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../www/models/default.safetensors")).unwrap();
-    let block = nrgpt_web::Checkpoint::from_bytes(&bytes, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap().config.block_size;
+    let block = nrgpt_core::Checkpoint::from_bytes(&bytes, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap().config.block_size;
     // one token per position of each full window
     assert!(text.contains(&format!("of {} tokens", 4 * block)), "4 windows of {block}: {text}");
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use candle_core::{DType, Device};
-use nrgpt_web::Checkpoint;
+use nrgpt_core::Checkpoint;
 use trainer::data::Corpus;
 use trainer::eval::full_loss;
 

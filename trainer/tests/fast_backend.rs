@@ -4,9 +4,9 @@
 //! candle), and a backward with one term left out must fail the same check.
 
 use candle_core::{DType, Device, Tensor, Var};
-use nrgpt_web::model::{cross_entropy, init_weights, Dropout, Weights};
-use nrgpt_web::rng::Rng64;
-use nrgpt_web::{Activation, Arch, EtaKind, ForwardOpts, Model, ModelConfig, NormKind};
+use nrgpt_core::model::{cross_entropy, init_weights, Dropout, Weights};
+use nrgpt_core::rng::Rng64;
+use nrgpt_core::{Activation, Arch, EtaKind, ForwardOpts, Model, ModelConfig, NormKind};
 use trainer::fast::{mask_count, Fault, FastModel};
 
 /// Relative tolerance on the loss and on each gradient (l2 norm of the error

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
-use nrgpt_web::model::num_params;
-use nrgpt_web::Checkpoint;
+use nrgpt_core::model::num_params;
+use nrgpt_core::Checkpoint;
 use serde::Deserialize;
 use trainer::data::Corpus;
 use trainer::eval::full_loss;

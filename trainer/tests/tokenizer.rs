@@ -1,7 +1,7 @@
 //! The committed tokenizer.json is what the `tokenizers` crate makes from the
 //! corpus, and the core's reader encodes exactly as the `tokenizers` crate does.
 
-use nrgpt_web::Vocab;
+use nrgpt_core::Vocab;
 use std::str::FromStr;
 
 use tokenizers::Tokenizer;

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Tensor};
-use nrgpt_web::{Checkpoint, Vocab};
+use nrgpt_core::{Checkpoint, Vocab};
 
 fn root(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(p)

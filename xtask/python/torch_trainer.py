@@ -1,7 +1,7 @@
 """PyTorch CPU twin of our trainer, for the throughput row of `cargo xtask bench`.
 
 Same model math as src/ (NRGPT with the analytic energy gradients of
-src/energy.rs, or the pre-norm GPT of src/gpt.rs), same batch, AdamW, clipping.
+crates/core/src/energy.rs, or the pre-norm GPT of crates/core/src/gpt.rs), same batch, AdamW, clipping.
 It only times training steps: it prints one line `tokens_per_s <float>`.
 Weights start random (same shapes and init scale); speed does not depend on them.
 """

@@ -3,25 +3,26 @@
 //! tensors only), with its moments saved under the same checkpoint names.
 
 use anyhow::Result;
-use nrgpt_web::model::Weights;
+use nrgpt_core::model::Weights;
 
-use super::params::Layout;
+use super::buffers::Buffers;
+use nrgpt_core::layout::WeightLayout;
 use crate::optim::AdamHyper;
 
-pub struct AdamW {
+pub struct FastAdamW {
     pub m: Vec<Vec<f32>>,
     pub v: Vec<Vec<f32>>,
     pub step: u64,
     pub hp: AdamHyper,
 }
 
-impl AdamW {
-    pub fn new(lay: &Layout, weight_decay: f64) -> Self {
+impl FastAdamW {
+    pub fn new(lay: &WeightLayout, weight_decay: f64) -> Self {
         Self { m: lay.zeros(), v: lay.zeros(), step: 0, hp: AdamHyper::new(weight_decay) }
     }
 
     /// One update at learning rate `lr` with gradients scaled by `clip`.
-    pub fn step(&mut self, lay: &Layout, params: &mut [Vec<f32>], grads: &[Vec<f32>], lr: f64, clip: f64) {
+    pub fn step(&mut self, lay: &WeightLayout, params: &mut [Vec<f32>], grads: &[Vec<f32>], lr: f64, clip: f64) {
         self.step += 1;
         let hp = self.hp;
         let (bc1, bc2) = hp.bias_corrections(self.step);
@@ -29,7 +30,7 @@ impl AdamW {
         let (ib1, ib2) = ((1.0 - hp.beta1) as f32, (1.0 - hp.beta2) as f32);
         let (ibc1, ibc2) = ((1.0 / bc1) as f32, (1.0 / bc2) as f32);
         for i in 0..params.len() {
-            let decay = if lay.shapes[i].len() >= 2 { hp.weight_decay } else { 0.0 };
+            let decay = if lay.specs[i].shape.len() >= 2 { hp.weight_decay } else { 0.0 };
             let keep = (1.0 - lr * decay) as f32;
             let lr = lr as f32;
             let (p, g, m, v) = (&mut params[i], &grads[i], &mut self.m[i], &mut self.v[i]);
@@ -46,13 +47,13 @@ impl AdamW {
     }
 
     /// `opt.m.NAME` / `opt.v.NAME`, as `optim::AdamW::state`.
-    pub fn state(&self, lay: &Layout) -> Result<Weights> {
+    pub fn state(&self, lay: &WeightLayout) -> Result<Weights> {
         let mut w = lay.to_weights(&self.m, "opt.m.")?;
         w.extend(lay.to_weights(&self.v, "opt.v.")?);
         Ok(w)
     }
 
-    pub fn load_state(&mut self, lay: &Layout, extra: &Weights, step: u64) -> Result<()> {
+    pub fn load_state(&mut self, lay: &WeightLayout, extra: &Weights, step: u64) -> Result<()> {
         self.m = lay.from_weights(extra, "opt.m.")?;
         self.v = lay.from_weights(extra, "opt.v.")?;
         self.step = step;

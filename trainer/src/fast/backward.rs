@@ -7,16 +7,17 @@
 //!   x(t+1) = x(t) - mask * eta(dE/dg(g)),  g = N(x(t))
 //!   => dL/dx(t) = D + J_N^T dL/dg, and dL/dg collects every path of g below.
 
-use nrgpt_web::{Arch, EtaKind, ModelConfig};
+use nrgpt_core::{Arch, EtaKind, ModelConfig};
 
 use super::forward::scale_heads;
 use super::gemm::{mm, mm_ld, View};
 use super::math::{col_sum_into, ff2w_act_bwd, norm_bwd, softmax_vjp, stable_eta_bwd};
-use super::params::Layout;
+use nrgpt_core::layout::WeightLayout;
 use super::workspace::{Dims, Workspace};
 
-/// Test-only sabotage of one backward term, to show the gradient check catches it.
-#[doc(hidden)]
+/// Test-only sabotage of one backward term, to show the gradient check
+/// catches it (feature `fault-injection`, which only the tests turn on; without
+/// it the backward is always called with `None`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     /// Leave out the s''(u) (second-order activation) term.
@@ -25,9 +26,21 @@ pub enum Fault {
     NoSoftmaxPath,
 }
 
+/// Whether the test's sabotage `f` is on; constant false without the
+/// feature, so the release backward carries no hook.
+#[cfg(feature = "fault-injection")]
+fn faulty(fault: Option<Fault>, f: Fault) -> bool {
+    fault == Some(f)
+}
+
+#[cfg(not(feature = "fault-injection"))]
+fn faulty(_: Option<Fault>, _: Fault) -> bool {
+    false
+}
+
 /// Readout: logits = g_out W^T + b, from dL/dlogits in `ws.probs`:
 /// dW_out = dlogits^T g_out, db = sum dlogits, and `ws.dx` = dL/dx_out.
-pub fn readout_bwd(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Workspace) {
+pub fn readout_bwd(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], ws: &mut Workspace) {
     let Dims { r, d, v, .. } = ws.dims;
     let Workspace { xh_out, rstd_out, g_out, probs, dx, tmp_d, grads, .. } = ws;
     let dl = View::rm(probs, r, v);
@@ -39,7 +52,7 @@ pub fn readout_bwd(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Wor
 }
 
 /// x(0) = mask * (tok_emb[id] + pos_emb[pos]): scatters dL/dx(0) (`dx`, masked here) into the embeddings.
-pub fn embed_bwd(lay: &Layout, ids: &[u32], n: usize, d: usize, mask: Option<&[f32]>, dx: &mut [f32], grads: &mut [Vec<f32>]) {
+pub fn embed_bwd(lay: &WeightLayout, ids: &[u32], n: usize, d: usize, mask: Option<&[f32]>, dx: &mut [f32], grads: &mut [Vec<f32>]) {
     if let Some(mk) = mask {
         dx.iter_mut().zip(mk).for_each(|(x, k)| *x *= k);
     }
@@ -52,10 +65,10 @@ pub fn embed_bwd(lay: &Layout, ids: &[u32], n: usize, d: usize, mask: Option<&[f
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>, fault: Option<Fault>) {
+pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>, fault: Option<Fault>) {
     let Dims { nb, n, r, d, h, dh, hd, m, steps, .. } = ws.dims;
     let beta = 1.0 / (dh as f32).sqrt();
-    let ix = lay.nrgpt();
+    let ix = lay.nrgpt().expect("an NRGPT pass on a GPT layout");
     let (gamma, wq, wk, alpha, w1) = (&p[ix.gamma], &p[ix.wq], &p[ix.wk], &p[ix.alpha], &p[ix.w1]);
     let ff_scale = p[ix.ff_scale][0];
 
@@ -119,7 +132,7 @@ pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>]
                 let dcv = View::strided(&tmp_hd[off..], n, dh, hd);
                 // dk = P^T dC
                 mm_ld(&mut dk[off..], hd, View::rm(pb, n, n).t(), dcv, false, 1.0);
-                if fault == Some(Fault::NoSoftmaxPath) {
+                if faulty(fault, Fault::NoSoftmaxPath) {
                     nn.fill(0.0);
                 } else {
                     // dP = dC k^T
@@ -142,7 +155,7 @@ pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>]
 
         // ---- feed-forward, with F' := dL/d(dE_FF/dg) in fd ----
         let fdv = View::rm(fd, r, d);
-        let no2 = fault == Some(Fault::NoSecondOrder);
+        let no2 = faulty(fault, Fault::NoSecondOrder);
         match cfg.arch {
             Arch::NrgptFf2w => {
                 let (w2, b2) = (ix.w2.unwrap(), ix.b2.unwrap());

@@ -1,13 +1,13 @@
 //! Forward pass of one chunk of sequences, saving what the backward needs,
 //! ending in the cross-entropy and dL/dlogits. Same function as
-//! `Model::forward` + `cross_entropy` in the core crate (src/model.rs,
-//! src/nrgpt.rs, src/energy.rs, src/norm.rs).
+//! `Model::forward` + `cross_entropy` in the core crate (crates/core/src/: model.rs,
+//! nrgpt.rs, energy.rs, norm.rs).
 
-use nrgpt_web::{Arch, EtaKind, ModelConfig};
+use nrgpt_core::{Arch, EtaKind, ModelConfig};
 
 use super::gemm::{mm, mm_ld, View};
 use super::math::{cross_entropy_rows, ff1_act, ff2w_act, norm_fwd, softmax_strict};
-use super::params::Layout;
+use nrgpt_core::layout::WeightLayout;
 use super::workspace::{Dims, Workspace};
 
 /// out[row, h*dh + j] = alpha_h * c[row, h*dh + j]
@@ -23,7 +23,7 @@ pub fn scale_heads(c: &[f32], alpha: &[f32], dh: usize, out: &mut [f32]) {
 }
 
 /// x(0) = tok_emb[id] + pos_emb[position], then the embedding dropout mask.
-pub fn embed(lay: &Layout, p: &[Vec<f32>], ids: &[u32], n: usize, d: usize, mask: Option<&[f32]>, x0: &mut [f32]) {
+pub fn embed(lay: &WeightLayout, p: &[Vec<f32>], ids: &[u32], n: usize, d: usize, mask: Option<&[f32]>, x0: &mut [f32]) {
     let (tok, pos) = (&p[lay.tok], &p[lay.pos]);
     for (row, &id) in ids.iter().enumerate() {
         let (t, ps) = (id as usize, row % n);
@@ -38,7 +38,7 @@ pub fn embed(lay: &Layout, p: &[Vec<f32>], ids: &[u32], n: usize, d: usize, mask
 
 /// The readout of the final state `ws.x_out`: leaves `ws.loss_sum` and, in
 /// `ws.probs`, dL/dlogits for a loss averaged over `total_tokens`.
-pub fn readout(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, tgt: &[u32], total_tokens: usize) {
+pub fn readout(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, tgt: &[u32], total_tokens: usize) {
     let Dims { r, d, v, .. } = ws.dims;
     let Workspace { x_out, xh_out, rstd_out, g_out, probs, loss_sum, .. } = ws;
     // logits = W_out N_out(x(T)) + b
@@ -48,14 +48,14 @@ pub fn readout(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>],
     *loss_sum = cross_entropy_rows(probs, &p[lay.head_b], tgt, v, total_tokens);
 }
 
-/// Runs the chunk (`pt`: the transposed weight matrices, see `Layout::transposes`): `ids`/`tgt` its (nb * n) tokens and targets, `masks` its
+/// Runs the chunk (`pt`: the transposed weight matrices, see `Buffers::transposes`): `ids`/`tgt` its (nb * n) tokens and targets, `masks` its
 /// T+1 dropout masks (embedding, then each step) if dropout is on.
 /// Leaves `ws.loss_sum` and, in `ws.probs`, dL/dlogits for a loss averaged over `total_tokens`.
 #[allow(clippy::too_many_arguments)]
-pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], tgt: &[u32], masks: Option<&[&[f32]]>, total_tokens: usize) {
+pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], tgt: &[u32], masks: Option<&[&[f32]]>, total_tokens: usize) {
     let Dims { nb, n, r, d, h, dh, hd, m, steps, .. } = ws.dims;
     let eps = cfg.eps as f32;
-    let ix = lay.nrgpt();
+    let ix = lay.nrgpt().expect("an NRGPT pass on a GPT layout");
     // beta = 1/sqrt(head_dim), the attention inverse temperature
     let beta = 1.0 / (dh as f32).sqrt();
     let Workspace { tape, x_out, tmp_d, tmp_hd, .. } = ws;

@@ -4,13 +4,14 @@
 //!   x' = x + m1 * Attn(N1(x)),  x'' = x' + m2 * MLP(N2(x'))
 //! with dropout masks m1, m2 on the residual branches (as in src/gpt.rs).
 
-use nrgpt_web::ModelConfig;
+use nrgpt_core::ModelConfig;
 
 use super::backward::{embed_bwd, readout_bwd};
 use super::forward::{embed, readout};
 use super::gemm::{mm, mm_ld, View};
-use super::math::{act3, col_sum_into, norm_bwd, norm_fwd, softmax_causal, softmax_vjp};
-use super::params::Layout;
+use nrgpt_core::scalar::act3;
+use super::math::{col_sum_into, norm_bwd, norm_fwd, softmax_causal, softmax_vjp};
+use nrgpt_core::layout::WeightLayout;
 use super::workspace::{Dims, Workspace};
 
 /// The two residual masks of applied layer `i` (after the embedding's).
@@ -40,12 +41,12 @@ fn masked(out: &mut [f32], d: &[f32], mask: Option<&[f32]>) {
 /// Forward of the chunk; see `forward::forward` for the arguments. `masks`:
 /// 1 + 2 T dropout masks (embedding, then attention and MLP of each layer).
 #[allow(clippy::too_many_arguments)]
-pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], tgt: &[u32], masks: Option<&[&[f32]]>, total_tokens: usize) {
+pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], tgt: &[u32], masks: Option<&[&[f32]]>, total_tokens: usize) {
     let Dims { nb, n, r, d, h, dh, hd, m, steps, .. } = ws.dims;
     let eps = cfg.eps as f32;
     // 1/sqrt(head_dim), the attention scale
     let beta = 1.0 / (dh as f32).sqrt();
-    let layers = lay.gpt();
+    let layers = lay.gpt().expect("a GPT pass on an NRGPT layout");
     let Workspace { layers: tape, x_out, tmp_d, .. } = ws;
     embed(lay, p, ids, n, d, masks.map(|mk| mk[0]), &mut tape[0].x);
 
@@ -101,10 +102,10 @@ pub fn forward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], pt: &[Vec<f32>],
 
 /// Backward of the chunk from dL/dlogits (left by `forward` in `ws.probs`);
 /// accumulates into `ws.grads`.
-pub fn backward(cfg: &ModelConfig, lay: &Layout, p: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>) {
+pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>) {
     let Dims { nb, n, r, d, h, dh, hd, m, steps, .. } = ws.dims;
     let beta = 1.0 / (dh as f32).sqrt();
-    let layers = lay.gpt();
+    let layers = lay.gpt().expect("a GPT pass on an NRGPT layout");
     readout_bwd(cfg, lay, p, ws);
     let Workspace { layers: tape, dx, dg, tmp_d, tmp_hd, dq, dk, dv, ta, nn, grads, .. } = ws;
 

@@ -1,39 +1,10 @@
-//! Element-wise kernels on f32 slices: a fast exp, the activations with their
-//! first and second derivatives, the norms and their vector-Jacobian products.
-//! Written as straight loops without branches so LLVM vectorises them.
+//! Element-wise kernels on f32 slices, batched over rows: the activations with
+//! their first and second derivatives, the norms and their vector-Jacobian
+//! products, the masked softmaxes. The per-element formulas (exp, erf/GELU, a
+//! norm row) are nrgpt_core::scalar's, shared with the CPU decoder.
 
-use nrgpt_web::{Activation, NormKind};
-
-const LOG2E: f32 = std::f32::consts::LOG2_E;
-const LN2_HI: f32 = 0.693_145_75;
-const LN2_LO: f32 = 1.428_606_8e-6;
-/// 1.5 * 2^23: adding it rounds to the nearest integer, held in the low mantissa bits.
-const ROUND: f32 = 12_582_912.0;
-
-/// e^x to ~1 ulp for x in [-87, 88] (clamped outside): x = k ln2 + r,
-/// |r| <= ln2/2, e^r by its degree-7 Taylor polynomial, 2^k from the exponent bits.
-#[inline(always)]
-pub fn exp(x: f32) -> f32 {
-    let x = x.clamp(-87.0, 88.0);
-    // (plain mul + add: `mul_add` is a libm call on targets without FMA)
-    let t = x * LOG2E + ROUND;
-    let kf = t - ROUND;
-    let k = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
-    let r = (x - kf * LN2_HI) - kf * LN2_LO;
-    // e^r = sum_{i<=7} r^i / i!  (Horner)
-    let mut p = 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
-    p * f32::from_bits(((k + 127) << 23) as u32)
-}
-
-const INV_SQRT_2PI: f32 = 0.398_942_3;
-const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
+use nrgpt_core::scalar::{act3, exp, norm_row};
+use nrgpt_core::{Activation, NormKind};
 
 /// Runs `$body` compiled for AVX2 + FMA when the CPU has them (the default
 /// x86-64 target only assumes SSE2), else as is. `$body` must be safe code.
@@ -54,47 +25,11 @@ macro_rules! with_avx2 {
     }};
 }
 
-/// (s(u), s'(u), s''(u)) for the activation.
-/// GELU(u) = u Phi(u); GELU' = Phi + u phi; GELU'' = phi (2 - u^2).
-/// Phi via erf (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7), sharing exp(-u^2/2) with phi.
-#[inline(always)]
-pub fn act3(act: Activation, u: f32) -> (f32, f32, f32) {
-    match act {
-        Activation::Gelu => {
-            let e = exp(-0.5 * u * u); // exp(-z^2), z = u / sqrt 2
-            let phi = e * INV_SQRT_2PI;
-            let z = (u * FRAC_1_SQRT_2).abs();
-            let t = 1.0 / (1.0 + 0.327_591_1 * z);
-            let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
-            let erf_abs = 1.0 - poly * e;
-            let erf = if u < 0.0 { -erf_abs } else { erf_abs };
-            let cdf = 0.5 * (1.0 + erf);
-            (u * cdf, cdf + u * phi, phi * (2.0 - u * u))
-        }
-        // ReLU: s = max(u, 0), s' = [u > 0], s'' = 0
-        Activation::Relu => {
-            let on = if u > 0.0 { 1.0 } else { 0.0 };
-            (u * on, on, 0.0)
-        }
-    }
-}
-
 /// g = gamma * xh per row of width d; LayerNorm xh = (x - mean) / sqrt(var + eps),
 /// RMSNorm xh = x / sqrt(mean x^2 + eps). Keeps xh and 1/scale for the backward.
 pub fn norm_fwd(kind: NormKind, x: &[f32], gamma: &[f32], eps: f32, d: usize, xh: &mut [f32], rstd: &mut [f32], g: &mut [f32]) {
     with_avx2!({ for (r, xr) in x.chunks_exact(d).enumerate() {
-        let mean = match kind {
-            NormKind::LayerNorm => xr.iter().sum::<f32>() / d as f32,
-            NormKind::RmsNorm => 0.0,
-        };
-        let var = xr.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
-        let rs = 1.0 / (var + eps).sqrt();
-        rstd[r] = rs;
-        let (xhr, gr) = (&mut xh[r * d..(r + 1) * d], &mut g[r * d..(r + 1) * d]);
-        for i in 0..d {
-            xhr[i] = (xr[i] - mean) * rs;
-            gr[i] = xhr[i] * gamma[i];
-        }
+        rstd[r] = norm_row(kind, xr, gamma, eps, &mut xh[r * d..(r + 1) * d], &mut g[r * d..(r + 1) * d]);
     } })
 }
 

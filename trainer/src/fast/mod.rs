@@ -21,37 +21,36 @@ pub mod gpt;
 #[cfg(target_arch = "x86_64")]
 pub mod kernel512;
 pub mod math;
-pub mod params;
+pub mod buffers;
 pub mod workspace;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use anyhow::{bail, Result};
-use nrgpt_web::model::Weights;
-use nrgpt_web::ModelConfig;
+use nrgpt_core::model::Weights;
+use nrgpt_core::ModelConfig;
 
+use buffers::Buffers;
+use nrgpt_core::layout::WeightLayout;
 pub use backward::Fault;
-use params::Layout;
 use workspace::Workspace;
 
 /// Which implementation trains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// The fast backend (every model has one); kept so `--backend auto` still parses.
-    Auto,
+pub enum TrainBackend {
+    /// candle's autograd: the reference the fast backend is tested against.
     Candle,
     Fast,
 }
 
-impl std::str::FromStr for Backend {
+impl std::str::FromStr for TrainBackend {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
-            "auto" => Ok(Backend::Auto),
-            "candle" => Ok(Backend::Candle),
-            "fast" => Ok(Backend::Fast),
-            _ => Err(format!("`{s}`: expected auto, candle or fast")),
+            "candle" => Ok(TrainBackend::Candle),
+            "fast" => Ok(TrainBackend::Fast),
+            _ => Err(format!("`{s}`: expected candle or fast")),
         }
     }
 }
@@ -82,8 +81,8 @@ pub fn num_threads() -> usize {
 
 pub struct FastModel {
     pub cfg: ModelConfig,
-    pub lay: Layout,
-    /// Parameters in `param_specs` order (see `lay`).
+    pub lay: WeightLayout,
+    /// Parameters in layout order (see `lay`).
     pub params: Vec<Vec<f32>>,
     /// dL/dparam of the last `loss_and_grad`, same layout.
     pub grads: Vec<Vec<f32>>,
@@ -93,7 +92,8 @@ pub struct FastModel {
     threads: usize,
     /// Transposed weight matrices, refreshed at each `loss_and_grad`.
     pt: Vec<Vec<f32>>,
-    #[doc(hidden)]
+    /// Test-only sabotage of one backward term.
+    #[cfg(feature = "fault-injection")]
     pub fault: Option<Fault>,
 }
 
@@ -101,7 +101,7 @@ impl FastModel {
     /// A model for batches of `batch` sequences of `cfg.block_size` tokens, on `threads` threads.
     pub fn new(cfg: &ModelConfig, weights: &Weights, batch: usize, threads: usize) -> Result<Self> {
         cfg.validate()?;
-        let lay = Layout::new(cfg)?;
+        let lay = WeightLayout::new(cfg);
         let params = lay.from_weights(weights, "")?;
         if batch == 0 {
             bail!("batch must be positive");
@@ -111,7 +111,18 @@ impl FastModel {
             .map(|c| Mutex::new(Workspace::new(cfg, batch / chunks + usize::from(c < batch % chunks), lay.zeros())))
             .collect();
         let threads = threads.clamp(1, chunks);
-        Ok(Self { cfg: cfg.clone(), grads: lay.zeros(), lay, params, batch, ws, threads, pt: Vec::new(), fault: None })
+        Ok(Self {
+            cfg: cfg.clone(),
+            grads: lay.zeros(),
+            lay,
+            params,
+            batch,
+            ws,
+            threads,
+            pt: Vec::new(),
+            #[cfg(feature = "fault-injection")]
+            fault: None,
+        })
     }
 
     /// Mean cross-entropy of the batch (`ids`, `tgt`: batch * block tokens) and
@@ -132,7 +143,11 @@ impl FastModel {
             bail!("token id {bad} is outside the vocabulary of {}", self.cfg.vocab_size);
         }
         self.lay.transposes(&self.params, &mut self.pt);
-        let (cfg, lay, params, pt, fault) = (&self.cfg, &self.lay, &self.params, &self.pt, self.fault);
+        let (cfg, lay, params, pt) = (&self.cfg, &self.lay, &self.params, &self.pt);
+        #[cfg(feature = "fault-injection")]
+        let fault = self.fault;
+        #[cfg(not(feature = "fault-injection"))]
+        let fault = None;
         let run = |ws: &mut Workspace, row0: usize| {
             let rows = ws.dims.r;
             let ck: Option<Vec<&[f32]>> = masks.map(|mk| mk.iter().map(|m| &m[row0 * d..(row0 + rows) * d]).collect());

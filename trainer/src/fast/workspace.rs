@@ -2,7 +2,7 @@
 //! for the backward (the "tape": one set per NRGPT descent step or applied GPT layer) and the backward's
 //! scratch space. Allocated once; a training step allocates nothing.
 
-use nrgpt_web::{Arch, ModelConfig};
+use nrgpt_core::{Arch, ModelConfig};
 
 /// Sizes of one chunk: `nb` sequences of `n` tokens, `r = nb * n` rows.
 #[derive(Debug, Clone, Copy)]

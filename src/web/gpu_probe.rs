@@ -1,5 +1,5 @@
-//! What WebGPU this browser offers. The page reports it next to the backend
-//! line; the GPU engine will use the same probe to decide whether to start.
+//! What WebGPU this browser offers, as the page sees it (the worker starts
+//! its own adapter): the page reports it next to the backend line.
 
 use js_sys::{Function, Promise, Reflect};
 use wasm_bindgen::{JsCast, JsValue};

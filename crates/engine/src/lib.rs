@@ -1,18 +1,20 @@
 //! The decoding engine the page runs: exact incremental NRGPT descent on the
 //! GPU through wgpu (WebGPU in the browser, Vulkan natively), falling back to
 //! the same algorithm on the CPU when no adapter exists. Same contract as the
-//! CPU reference [`crate::session::Session`], which tests hold it to.
+//! CPU reference `nrgpt_core::session::Session`, which tests hold it to.
 
-pub mod cpu;
-pub mod gpu;
-pub mod params;
+pub mod cpu_decoder;
+pub mod decode_params;
+pub mod gpu_decoder;
 
-use crate::session::{slide_window, StepOpts};
-use crate::{Checkpoint, Error, ModelConfig, Result, Vocab};
-use cpu::CpuDecoder;
-use params::DecodeParams;
+use cpu_decoder::CpuDecoder;
+use decode_params::DecodeParams;
+use gpu_decoder::GpuDecoder;
+use nrgpt_core::format::PackedCheckpoint;
+use nrgpt_core::session::{slide_window, StepOpts};
+use nrgpt_core::{Error, ModelConfig, Result, Vocab};
 
-pub use crate::session::TokenTrace as Trace;
+pub use nrgpt_core::session::TokenTrace as Trace;
 
 /// Which backend runs, in words the page can show.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,18 +33,20 @@ impl std::fmt::Display for Backend {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct EngineOpts {
+pub struct DecoderOpts {
     /// Skip the GPU even when an adapter exists.
     pub force_cpu: bool,
 }
 
-enum Decoder {
+/// The implementation that descends.
+enum Runner {
     Cpu(CpuDecoder),
-    Gpu(gpu::GpuDecoder),
+    Gpu(GpuDecoder),
 }
 
-pub struct Engine {
-    dec: Decoder,
+/// Incremental decoding of one sequence: feed characters, get each one's descent.
+pub struct Decoder {
+    runner: Runner,
     backend: Backend,
     vocab: Vocab,
     cfg: ModelConfig,
@@ -52,27 +56,26 @@ pub struct Engine {
     tol: Option<f32>,
 }
 
-impl Engine {
+impl Decoder {
     /// Parses the checkpoint (f32 or quantized) and picks a backend.
-    pub async fn new(bytes: &[u8], opts: EngineOpts) -> Result<Self> {
-        let ck = Checkpoint::from_bytes(bytes, candle_core::DType::F32, &candle_core::Device::Cpu)?;
-        let cfg = ck.config.clone();
-        let steps = cfg.steps;
-        // built once: the GPU uploads it, and the CPU fallback runs on it
-        let params = DecodeParams::from_checkpoint(&ck)?;
-        let (dec, backend) = if opts.force_cpu {
-            (Decoder::Cpu(CpuDecoder::new(params, steps)), Backend::Cpu { reason: "GPU not requested".into() })
+    pub async fn new(bytes: &[u8], opts: DecoderOpts) -> Result<Self> {
+        // the one parse: the GPU uploads its packed codes, the CPU runs their f32 values
+        let file = PackedCheckpoint::from_bytes(bytes)?;
+        let params = DecodeParams::from_packed(&file)?;
+        let steps = file.config.steps;
+        let (runner, backend) = if opts.force_cpu {
+            (Runner::Cpu(CpuDecoder::new(params, steps)), Backend::Cpu { reason: "GPU not requested".into() })
         } else {
-            match gpu::GpuDecoder::new(bytes, &params, steps).await {
+            match GpuDecoder::new(&file, &params, steps).await {
                 Ok(g) => {
                     let adapter = g.adapter_name().to_string();
-                    (Decoder::Gpu(g), Backend::Gpu { adapter })
+                    (Runner::Gpu(g), Backend::Gpu { adapter })
                 }
-                Err(Error::NoGpu(reason)) => (Decoder::Cpu(CpuDecoder::new(params, steps)), Backend::Cpu { reason }),
+                Err(Error::NoGpu(reason)) => (Runner::Cpu(CpuDecoder::new(params, steps)), Backend::Cpu { reason }),
                 Err(e) => return Err(e),
             }
         };
-        Ok(Self { dec, backend, vocab: ck.vocab, cfg, window: Vec::new(), steps, tol: None })
+        Ok(Self { runner, backend, vocab: file.vocab, cfg: file.config, window: Vec::new(), steps, tol: None })
     }
 
     pub fn backend(&self) -> &Backend {
@@ -89,17 +92,17 @@ impl Engine {
 
     pub fn reset(&mut self) {
         self.window.clear();
-        match &mut self.dec {
-            Decoder::Cpu(d) => d.reset(),
-            Decoder::Gpu(d) => d.reset(),
+        match &mut self.runner {
+            Runner::Cpu(d) => d.reset(),
+            Runner::Gpu(d) => d.reset(),
         }
     }
 
     /// GPU compute dispatches issued so far (0 on the CPU backend).
     pub fn dispatches(&self) -> u64 {
-        match &self.dec {
-            Decoder::Gpu(d) => d.dispatches(),
-            Decoder::Cpu(_) => 0,
+        match &self.runner {
+            Runner::Gpu(d) => d.dispatches(),
+            Runner::Cpu(_) => 0,
         }
     }
 
@@ -136,9 +139,9 @@ impl Engine {
         let changed = steps != self.steps || opts.early_exit != self.tol;
         if steps != self.steps {
             self.steps = steps;
-            match &mut self.dec {
-                Decoder::Cpu(d) => *d = CpuDecoder::new(d.params().clone(), steps),
-                Decoder::Gpu(d) => d.set_steps(steps).await?,
+            match &mut self.runner {
+                Runner::Cpu(d) => *d = CpuDecoder::new(d.params().clone(), steps),
+                Runner::Gpu(d) => d.set_steps(steps).await?,
             }
         }
         self.tol = opts.early_exit;
@@ -147,9 +150,9 @@ impl Engine {
 
     /// Runs `tokens` (already appended to the window) through the decoder.
     async fn decode(&mut self, tokens: &[u32]) -> Result<Trace> {
-        match &mut self.dec {
-            Decoder::Cpu(d) => Ok(tokens.iter().map(|&t| d.push(t, self.tol)).last().unwrap_or_default()),
-            Decoder::Gpu(d) => d.push_many(tokens, self.tol).await,
+        match &mut self.runner {
+            Runner::Cpu(d) => Ok(tokens.iter().map(|&t| d.push(t, self.tol)).last().unwrap_or_default()),
+            Runner::Gpu(d) => d.push_many(tokens, self.tol).await,
         }
     }
 
@@ -174,9 +177,9 @@ impl Engine {
 
     /// Recomputes the whole window from position 0 (after a slide or a change of T or tolerance).
     async fn refill(&mut self) -> Result<Trace> {
-        match &mut self.dec {
-            Decoder::Cpu(d) => d.reset(),
-            Decoder::Gpu(d) => d.reset(),
+        match &mut self.runner {
+            Runner::Cpu(d) => d.reset(),
+            Runner::Gpu(d) => d.reset(),
         }
         let all = self.window.clone();
         self.decode(&all).await

@@ -1,89 +1,29 @@
 //! The whole model in one place: embeddings, a body (NRGPT descent or GPT
-//! layers) and the readout, built from a flat name -> tensor map that the
-//! trainer, the checkpoint loader and the engine share.
+//! layers) and the readout, built from a flat name -> tensor map whose names
+//! and shapes come from [`crate::layout`].
 
 use std::collections::BTreeMap;
 
 use candle_core::{DType, Device, Tensor, D};
 
 use crate::energy::{AttnEnergy, FfEnergy};
+use crate::layout::{Body, Init, ParamSpec, WeightLayout};
 use crate::gpt::GptLayer;
 use crate::linear::linear;
 use crate::norm::norm;
 use crate::nrgpt::{Eta, NrgptBlock};
 use crate::rng::Rng64;
-use crate::{Arch, EtaKind, Error, ModelConfig, Result};
+use crate::{Arch, Error, ModelConfig, Result};
 
 /// Parameters by name, in a stable order.
 pub type Weights = BTreeMap<String, Tensor>;
-
-/// How a parameter starts.
-#[derive(Debug, Clone, Copy)]
-pub enum Init {
-    Normal(f64),
-    Const(f64),
-    Identity,
-}
-
-/// Every parameter the config needs: name, shape, init. The single source of
-/// truth for names and shapes (init, loading and export all read it).
-pub fn param_specs(cfg: &ModelConfig) -> Vec<(String, Vec<usize>, Init)> {
-    let (v, d, m, hd) = (cfg.vocab_size, cfg.d_model, cfg.ff_hidden(), cfg.n_head * cfg.head_dim);
-    let std = 0.02;
-    let mut p = vec![
-        ("tok_emb".to_string(), vec![v, d], Init::Normal(std)),
-        ("pos_emb".to_string(), vec![cfg.block_size, d], Init::Normal(std)),
-        ("out_norm.gamma".to_string(), vec![d], Init::Const(1.0)),
-        ("head.w".to_string(), vec![v, d], Init::Normal(std)),
-        ("head.b".to_string(), vec![v], Init::Const(0.0)),
-    ];
-    let mut add = |n: String, s: Vec<usize>, i: Init| p.push((n, s, i));
-    match cfg.arch {
-        Arch::NrgptFf2w | Arch::NrgptFf1 => {
-            add("block.norm.gamma".into(), vec![d], Init::Const(1.0));
-            add("block.attn.wq".into(), vec![hd, d], Init::Normal(std));
-            add("block.attn.wk".into(), vec![hd, d], Init::Normal(std));
-            add("block.attn.alpha".into(), vec![cfg.n_head], Init::Const(1.0));
-            add("block.ff.w1".into(), vec![m, d], Init::Normal(std));
-            add("block.ff.b1".into(), vec![m], Init::Const(0.0));
-            if cfg.arch == Arch::NrgptFf2w {
-                add("block.ff.w2".into(), vec![d, m], Init::Normal(std));
-                add("block.ff.b2".into(), vec![d], Init::Const(0.0));
-            }
-            add("block.ff_scale".into(), vec![1], Init::Const(1.0));
-            match cfg.eta {
-                EtaKind::Stable => add("block.eta.log_c".into(), vec![1], Init::Const(0.0)),
-                EtaKind::Free => add("block.eta.w".into(), vec![d, d], Init::Identity),
-            }
-        }
-        Arch::Gpt | Arch::GptRec => {
-            let layers = if cfg.arch == Arch::Gpt { cfg.steps } else { 1 };
-            // GPT-2's scaled init of the projections that write into the residual stream.
-            let proj_std = std / (2.0 * cfg.steps as f64).sqrt();
-            for l in 0..layers {
-                let n = |s: &str| format!("layers.{l}.{s}");
-                add(n("ln1"), vec![d], Init::Const(1.0));
-                add(n("attn.wq"), vec![hd, d], Init::Normal(std));
-                add(n("attn.wk"), vec![hd, d], Init::Normal(std));
-                add(n("attn.wv"), vec![hd, d], Init::Normal(std));
-                add(n("attn.wo"), vec![d, hd], Init::Normal(proj_std));
-                add(n("ln2"), vec![d], Init::Const(1.0));
-                add(n("mlp.w1"), vec![m, d], Init::Normal(std));
-                add(n("mlp.b1"), vec![m], Init::Const(0.0));
-                add(n("mlp.w2"), vec![d, m], Init::Normal(proj_std));
-                add(n("mlp.b2"), vec![d], Init::Const(0.0));
-            }
-        }
-    }
-    p
-}
 
 /// Fresh weights for `cfg`, deterministic in `seed`.
 pub fn init_weights(cfg: &ModelConfig, seed: u64, dtype: DType, dev: &Device) -> Result<Weights> {
     cfg.validate()?;
     let mut rng = Rng64::new(seed);
     let mut w = Weights::new();
-    for (name, shape, init) in param_specs(cfg) {
+    for ParamSpec { name, shape, init, .. } in WeightLayout::new(cfg).specs {
         let numel: usize = shape.iter().product();
         let data: Vec<f64> = match init {
             Init::Normal(std) => (0..numel).map(|_| rng.normal() * std).collect(),
@@ -96,7 +36,7 @@ pub fn init_weights(cfg: &ModelConfig, seed: u64, dtype: DType, dev: &Device) ->
 }
 
 pub fn num_params(cfg: &ModelConfig) -> usize {
-    param_specs(cfg).iter().map(|(_, s, _)| s.iter().product::<usize>()).sum()
+    WeightLayout::new(cfg).num_params()
 }
 
 /// Inverted dropout with our own deterministic RNG, so a resumed run draws
@@ -136,7 +76,7 @@ pub struct Forward {
     pub states: Vec<Tensor>,
 }
 
-enum Body {
+enum ModelBody {
     Nrgpt(NrgptBlock),
     Gpt(Vec<GptLayer>),
 }
@@ -148,73 +88,72 @@ pub struct Model {
     out_gamma: Tensor,
     head_w: Tensor,
     head_b: Tensor,
-    body: Body,
+    body: ModelBody,
 }
 
 impl Model {
     /// Builds the model from `w`, checking every name and shape.
     pub fn new(cfg: &ModelConfig, w: &Weights) -> Result<Self> {
         cfg.validate()?;
-        for (name, shape, _) in param_specs(cfg) {
-            let t = w.get(&name).ok_or_else(|| Error::MissingWeight(name.clone()))?;
+        let lay = WeightLayout::new(cfg);
+        for ParamSpec { name, shape, .. } in &lay.specs {
+            let t = w.get(name).ok_or_else(|| Error::MissingWeight(name.clone()))?;
             if t.dims() != shape.as_slice() {
-                return Err(Error::WeightShape { name, got: t.dims().to_vec(), want: shape });
+                return Err(Error::WeightShape { name: name.clone(), got: t.dims().to_vec(), want: shape.clone() });
             }
         }
-        let get = |n: &str| w[n].clone();
-        let body = if cfg.arch.is_nrgpt() {
-            let ff = if cfg.arch == Arch::NrgptFf2w {
-                FfEnergy::Ff2w { w1: get("block.ff.w1"), b1: get("block.ff.b1"), w2: get("block.ff.w2"), b2: get("block.ff.b2") }
-            } else {
-                FfEnergy::Ff1 { w: get("block.ff.w1"), b: get("block.ff.b1") }
-            };
-            let eta = match cfg.eta {
-                EtaKind::Stable => Eta::Stable { log_c: get("block.eta.log_c") },
-                EtaKind::Free => Eta::Free { w: get("block.eta.w") },
-            };
-            Body::Nrgpt(NrgptBlock {
-                norm: cfg.norm,
-                eps: cfg.eps,
-                gamma: get("block.norm.gamma"),
-                attn: AttnEnergy { wq: get("block.attn.wq"), wk: get("block.attn.wk"), alpha: get("block.attn.alpha"), n_head: cfg.n_head },
-                ff,
-                ff_scale: get("block.ff_scale"),
-                eta,
-                act: cfg.activation,
-            })
-        } else {
-            let layers = if cfg.arch == Arch::Gpt { cfg.steps } else { 1 };
-            Body::Gpt(
-                (0..layers)
-                    .map(|l| {
-                        let n = |s: &str| get(&format!("layers.{l}.{s}"));
-                        GptLayer {
-                            norm: cfg.norm,
-                            eps: cfg.eps,
-                            n_head: cfg.n_head,
-                            ln1: n("ln1"),
-                            wq: n("attn.wq"),
-                            wk: n("attn.wk"),
-                            wv: n("attn.wv"),
-                            wo: n("attn.wo"),
-                            ln2: n("ln2"),
-                            w1: n("mlp.w1"),
-                            b1: n("mlp.b1"),
-                            w2: n("mlp.w2"),
-                            b2: n("mlp.b2"),
-                            act: cfg.activation,
-                        }
+        let get = |i: usize| w[lay.name(i)].clone();
+        let body = match &lay.body {
+            Body::Nrgpt(ix) => {
+                let ff = match (ix.w2, ix.b2) {
+                    (Some(w2), Some(b2)) => FfEnergy::Ff2w { w1: get(ix.w1), b1: get(ix.b1), w2: get(w2), b2: get(b2) },
+                    _ => FfEnergy::Ff1 { w: get(ix.w1), b: get(ix.b1) },
+                };
+                let eta = match (ix.log_c, ix.eta_w) {
+                    (Some(log_c), _) => Eta::Stable { log_c: get(log_c) },
+                    (None, Some(w)) => Eta::Free { w: get(w) },
+                    (None, None) => unreachable!("an NRGPT layout has a step size"),
+                };
+                ModelBody::Nrgpt(NrgptBlock {
+                    norm: cfg.norm,
+                    eps: cfg.eps,
+                    gamma: get(ix.gamma),
+                    attn: AttnEnergy { wq: get(ix.wq), wk: get(ix.wk), alpha: get(ix.alpha), n_head: cfg.n_head },
+                    ff,
+                    ff_scale: get(ix.ff_scale),
+                    eta,
+                    act: cfg.activation,
+                })
+            }
+            Body::Gpt(layers) => ModelBody::Gpt(
+                layers
+                    .iter()
+                    .map(|ix| GptLayer {
+                        norm: cfg.norm,
+                        eps: cfg.eps,
+                        n_head: cfg.n_head,
+                        ln1: get(ix.ln1),
+                        wq: get(ix.wq),
+                        wk: get(ix.wk),
+                        wv: get(ix.wv),
+                        wo: get(ix.wo),
+                        ln2: get(ix.ln2),
+                        w1: get(ix.w1),
+                        b1: get(ix.b1),
+                        w2: get(ix.w2),
+                        b2: get(ix.b2),
+                        act: cfg.activation,
                     })
                     .collect(),
-            )
+            ),
         };
         Ok(Self {
             cfg: cfg.clone(),
-            tok_emb: get("tok_emb"),
-            pos_emb: get("pos_emb"),
-            out_gamma: get("out_norm.gamma"),
-            head_w: get("head.w"),
-            head_b: get("head.b"),
+            tok_emb: get(lay.tok),
+            pos_emb: get(lay.pos),
+            out_gamma: get(lay.out_gamma),
+            head_w: get(lay.head_w),
+            head_b: get(lay.head_b),
             body,
         })
     }
@@ -229,8 +168,8 @@ impl Model {
 
     pub fn nrgpt_block(&self) -> Option<&NrgptBlock> {
         match &self.body {
-            Body::Nrgpt(b) => Some(b),
-            Body::Gpt(_) => None,
+            ModelBody::Nrgpt(b) => Some(b),
+            ModelBody::Gpt(_) => None,
         }
     }
 
@@ -268,7 +207,7 @@ impl Model {
         let mut states = Vec::new();
         let mut energies = Vec::new();
         match &self.body {
-            Body::Nrgpt(block) => {
+            ModelBody::Nrgpt(block) => {
                 for _ in 0..steps {
                     if record {
                         states.push(x.clone());
@@ -282,7 +221,7 @@ impl Model {
                     energies.extend(block.energy_grad(&g, true)?.energy);
                 }
             }
-            Body::Gpt(layers) => {
+            ModelBody::Gpt(layers) => {
                 let n_apply = if self.cfg.arch == Arch::Gpt { layers.len() } else { steps };
                 for i in 0..n_apply {
                     if record {
@@ -307,7 +246,7 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let v = logits.dim(D::Minus1)?;
     let logits = logits.reshape(((), v))?;
     let targets = targets.flatten_all()?;
-    let (_, lse) = crate::energy::softmax_lse(&logits)?;
+    let (_, lse) = crate::ops::softmax_lse(&logits)?;
     let picked = logits.gather(&targets.unsqueeze(1)?, 1)?.squeeze(1)?;
     Ok((lse - picked)?.mean_all()?)
 }

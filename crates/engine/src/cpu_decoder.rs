@@ -3,8 +3,12 @@
 //! GPU adapter exists. Each token keeps its keys `k_B(t) = Wk g_B(t)` for
 //! every level t = 0..=T; a new token reads them, so it costs O(T n D).
 
-use super::params::DecodeParams;
-use super::Trace;
+use nrgpt_core::projection::project;
+use nrgpt_core::scalar::{act3, norm_row};
+use nrgpt_core::NormKind;
+
+use crate::decode_params::DecodeParams;
+use crate::Trace;
 
 pub struct CpuDecoder {
     p: DecodeParams,
@@ -34,33 +38,10 @@ fn matvec_t(w: &[f32], x: &[f32], cols: usize) -> Vec<f32> {
 }
 
 /// LayerNorm `gamma (x - mean)/s` or RMSNorm `gamma x / r`.
-pub fn norm(x: &[f32], gamma: &[f32], layer: bool, eps: f32) -> Vec<f32> {
-    let d = x.len() as f32;
-    let mean = if layer { x.iter().sum::<f32>() / d } else { 0.0 };
-    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d;
-    let s = (var + eps).sqrt();
-    x.iter().zip(gamma).map(|(v, g)| g * (v - mean) / s).collect()
-}
-
-/// (s(u), s'(u)) for exact GELU or ReLU.
-pub fn act(u: f32, gelu: bool) -> (f32, f32) {
-    if gelu {
-        let cdf = 0.5 * (1.0 + erf(u / std::f32::consts::SQRT_2));
-        let pdf = (-0.5 * u * u).exp() / (2.0 * std::f32::consts::PI).sqrt();
-        (u * cdf, cdf + u * pdf)
-    } else if u > 0.0 {
-        (u, 1.0)
-    } else {
-        (0.0, 0.0)
-    }
-}
-
-/// erf with |error| < 1.5e-7 (Abramowitz & Stegun 7.1.26), the same
-/// approximation the WGSL kernel uses (WGSL has no erf).
-pub fn erf(x: f32) -> f32 {
-    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
-    let y = 1.0 - (((((1.061_405_4 * t - 1.453_152_1) * t) + 1.421_413_7) * t - 0.284_496_74) * t + 0.254_829_6) * t * (-x * x).exp();
-    if x >= 0.0 { y } else { -y }
+fn norm(x: &[f32], gamma: &[f32], kind: NormKind, eps: f32) -> Vec<f32> {
+    let (mut xh, mut g) = (vec![0f32; x.len()], vec![0f32; x.len()]);
+    norm_row(kind, x, gamma, eps, &mut xh, &mut g);
+    g
 }
 
 impl CpuDecoder {
@@ -68,14 +49,6 @@ impl CpuDecoder {
         let levels = steps + 1;
         let kcache = vec![0.0; levels * p.cfg.block_size * p.hd()];
         Self { p, levels, kcache, n: 0 }
-    }
-
-    pub fn steps(&self) -> usize {
-        self.levels - 1
-    }
-
-    pub fn len(&self) -> usize {
-        self.n
     }
 
     pub fn params(&self) -> &DecodeParams {
@@ -97,13 +70,15 @@ impl CpuDecoder {
         let eps = cfg.eps as f32;
         let beta = 1.0 / (dh as f32).sqrt();
         // x_A(0) = token embedding + position embedding
-        let mut x: Vec<f32> = (0..d).map(|j| p.get("tok_emb")[token as usize * d + j] + p.get("pos_emb")[a * d + j]).collect();
-        let (gamma, wq, wk, alpha) = (p.get("block.norm.gamma"), p.get("block.attn.wq"), p.get("block.attn.wk"), p.get("block.attn.alpha"));
-        let (w1, b1) = (p.get("block.ff.w1"), p.get("block.ff.b1"));
-        let ff_scale = p.get("block.ff_scale")[0];
+        let (tok, pos) = (&p.w[p.lay.tok], &p.w[p.lay.pos]);
+        let mut x: Vec<f32> = (0..d).map(|j| tok[token as usize * d + j] + pos[a * d + j]).collect();
+        let ix = p.block();
+        let (gamma, wq, wk, alpha) = (&p.w[ix.gamma], &p.w[ix.wq], &p.w[ix.wk], &p.w[ix.alpha]);
+        let (w1, b1) = (&p.w[ix.w1], &p.w[ix.b1]);
+        let ff_scale = p.w[ix.ff_scale][0];
         let mut tr = Trace::default();
         for t in 0..=steps {
-            let g = norm(&x, gamma, p.layer_norm(), eps);
+            let g = norm(&x, gamma, cfg.norm, eps);
             let q = matvec(wq, &g, None);
             let k = matvec(wk, &g, None);
             self.kcache[(t * block + a) * hd..(t * block + a + 1) * hd].copy_from_slice(&k);
@@ -129,9 +104,9 @@ impl CpuDecoder {
             let grad_at = matvec_t(wq, &ctx, d);
             // feed-forward energy and its gradient
             let u = matvec(w1, &g, Some(b1));
-            let (sig, dsig): (Vec<f32>, Vec<f32>) = u.iter().map(|&ui| act(ui, p.gelu())).unzip();
-            let (e_ff, grad_ff) = if p.is_ff2w() {
-                let (w2, b2) = (p.get("block.ff.w2"), p.get("block.ff.b2"));
+            let (sig, dsig): (Vec<f32>, Vec<f32>) = u.iter().map(|&ui| act3(cfg.activation, ui)).map(|(s, ds, _)| (s, ds)).unzip();
+            let (e_ff, grad_ff) = if let (Some(w2), Some(b2)) = (ix.w2, ix.b2) {
+                let (w2, b2) = (&p.w[w2], &p.w[b2]);
                 // E = -g.(W2 s + b2); dE/dg = -(W2 s + b2) - W1^T (s' * W2^T g)
                 let out = matvec(w2, &sig, Some(b2));
                 let w2g = matvec_t(w2, &g, sig.len());
@@ -148,7 +123,7 @@ impl CpuDecoder {
             let energy = e_at + ff_scale * e_ff;
             tr.energies.push(energy);
             tr.step_logits.push(self.readout(&x));
-            tr.proj.push(crate::projection::project(&x, &p.dirs));
+            tr.proj.push(project(&x, &p.dirs));
             let settled = t > 0 && tol.is_some_and(|tol| (energy - tr.energies[t - 1]).abs() < tol);
             if t == steps || settled {
                 // later levels read this settled state's keys
@@ -160,10 +135,10 @@ impl CpuDecoder {
             }
             // x <- x - eta * dE/dg
             let grad: Vec<f32> = (0..d).map(|j| -grad_at[j] + ff_scale * grad_ff[j]).collect();
-            let upd = if p.free_eta() {
-                matvec(p.get("block.eta.w"), &grad, None)
+            let upd = if let Some(eta_w) = ix.eta_w {
+                matvec(&p.w[eta_w], &grad, None)
             } else {
-                let c = p.get("block.eta.log_c")[0].exp();
+                let c = p.w[ix.log_c.expect("a stable step has log c")][0].exp();
                 grad.iter().zip(gamma).map(|(g, ga)| c * ga * g).collect()
             };
             x.iter_mut().zip(&upd).for_each(|(xi, ui)| *xi -= ui);
@@ -177,7 +152,7 @@ impl CpuDecoder {
     /// logits = W_out N_out(x) + b
     fn readout(&self, x: &[f32]) -> Vec<f32> {
         let p = &self.p;
-        let g = norm(x, p.get("out_norm.gamma"), p.layer_norm(), p.cfg.eps as f32);
-        matvec(p.get("head.w"), &g, Some(p.get("head.b")))
+        let g = norm(x, &p.w[p.lay.out_gamma], p.cfg.norm, p.cfg.eps as f32);
+        matvec(&p.w[p.lay.head_w], &g, Some(&p.w[p.lay.head_b]))
     }
 }

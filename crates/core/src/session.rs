@@ -5,6 +5,7 @@
 
 use candle_core::{DType, Device, Tensor};
 
+use crate::layout::WeightLayout;
 use crate::projection::{project, top2_directions};
 use crate::{Checkpoint, ForwardOpts, Model, Result, Vocab};
 
@@ -56,7 +57,8 @@ impl Session {
     pub fn new(ck: &Checkpoint) -> Result<Self> {
         let model = ck.model()?;
         let (v, d) = (ck.config.vocab_size, ck.config.d_model);
-        let head: Vec<f32> = ck.weights["head.w"].to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        let lay = WeightLayout::new(&ck.config);
+        let head: Vec<f32> = ck.weights[lay.name(lay.head_w)].to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
         Ok(Self { model, vocab: ck.vocab.clone(), ids: Vec::new(), dirs: top2_directions(&head, v, d) })
     }
 
@@ -66,10 +68,6 @@ impl Session {
 
     pub fn reset(&mut self) {
         self.ids.clear();
-    }
-
-    pub fn context(&self) -> &[u32] {
-        &self.ids
     }
 
     /// Appends `token` and runs the model on the last `block_size` characters.

@@ -3,7 +3,7 @@
 
 use candle_core::{Result, Tensor};
 
-use crate::energy::{activation, causal_masks, merge_heads, softmax_lse, split_heads};
+use crate::ops::{activation, causal_masks, merge_heads, softmax_lse, split_heads};
 use crate::linear::linear;
 use crate::norm::norm;
 use crate::{Activation, NormKind};

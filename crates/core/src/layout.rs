@@ -1,0 +1,222 @@
+//! The one weight layout every path reads: each parameter's name, shape,
+//! initialisation, offset in a flat buffer and whether a quantized file packs
+//! it. The candle model, the checkpoint format, the CPU decoder, the GPU
+//! packer and the fast trainer all index weights through [`WeightLayout`];
+//! no other module spells a weight's name.
+
+use crate::{Arch, EtaKind, ModelConfig};
+
+/// How a parameter starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Init {
+    Normal(f64),
+    Const(f64),
+    Identity,
+}
+
+/// One parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamSpec {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub init: Init,
+    /// First element in the concatenation of all parameters in layout order.
+    pub offset: usize,
+}
+
+impl ParamSpec {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether a quantized file stores it packed: the rank-2 weights. The
+    /// rank-1 ones (gammas, biases, alpha, log_c, ff_scale) stay f32: they
+    /// cost nothing and are the most sensitive to rounding.
+    pub fn quantized(&self) -> bool {
+        self.shape.len() == 2
+    }
+}
+
+/// Indices of the shared NRGPT block's parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NrgptIdx {
+    pub gamma: usize,
+    pub wq: usize,
+    pub wk: usize,
+    pub alpha: usize,
+    pub w1: usize,
+    pub b1: usize,
+    /// Only nrgpt-ff2w.
+    pub w2: Option<usize>,
+    pub b2: Option<usize>,
+    pub ff_scale: usize,
+    /// Stable eta: log c.
+    pub log_c: Option<usize>,
+    /// Free eta: the D x D matrix.
+    pub eta_w: Option<usize>,
+}
+
+/// Indices of one pre-norm GPT layer's parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GptIdx {
+    pub ln1: usize,
+    pub wq: usize,
+    pub wk: usize,
+    pub wv: usize,
+    pub wo: usize,
+    pub ln2: usize,
+    pub w1: usize,
+    pub b1: usize,
+    pub w2: usize,
+    pub b2: usize,
+}
+
+/// The parameters between the embedding and the readout.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    /// The one shared NRGPT block.
+    Nrgpt(NrgptIdx),
+    /// One entry per distinct GPT layer (gpt: `steps` layers; gpt-rec: one, applied `steps` times).
+    Gpt(Vec<GptIdx>),
+}
+
+/// Every parameter a config needs, in a fixed order, with typed indices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightLayout {
+    pub specs: Vec<ParamSpec>,
+    pub tok: usize,
+    pub pos: usize,
+    pub out_gamma: usize,
+    pub head_w: usize,
+    pub head_b: usize,
+    pub body: Body,
+}
+
+/// Appends specs and hands out their indices.
+struct Builder(Vec<ParamSpec>);
+
+impl Builder {
+    fn add(&mut self, name: String, shape: Vec<usize>, init: Init) -> usize {
+        let offset = self.0.last().map_or(0, |p| p.offset + p.numel());
+        self.0.push(ParamSpec { name, shape, init, offset });
+        self.0.len() - 1
+    }
+}
+
+impl WeightLayout {
+    pub fn new(cfg: &ModelConfig) -> Self {
+        let (v, d, m, hd) = (cfg.vocab_size, cfg.d_model, cfg.ff_hidden(), cfg.n_head * cfg.head_dim);
+        let std = 0.02;
+        let mut b = Builder(Vec::new());
+        let tok = b.add("tok_emb".into(), vec![v, d], Init::Normal(std));
+        let pos = b.add("pos_emb".into(), vec![cfg.block_size, d], Init::Normal(std));
+        let out_gamma = b.add("out_norm.gamma".into(), vec![d], Init::Const(1.0));
+        let head_w = b.add("head.w".into(), vec![v, d], Init::Normal(std));
+        let head_b = b.add("head.b".into(), vec![v], Init::Const(0.0));
+        let body = match cfg.arch {
+            Arch::NrgptFf2w | Arch::NrgptFf1 => {
+                let ff2w = cfg.arch == Arch::NrgptFf2w;
+                let mut n = |s: &str, shape: Vec<usize>, init| b.add(format!("block.{s}"), shape, init);
+                Body::Nrgpt(NrgptIdx {
+                    gamma: n("norm.gamma", vec![d], Init::Const(1.0)),
+                    wq: n("attn.wq", vec![hd, d], Init::Normal(std)),
+                    wk: n("attn.wk", vec![hd, d], Init::Normal(std)),
+                    alpha: n("attn.alpha", vec![cfg.n_head], Init::Const(1.0)),
+                    w1: n("ff.w1", vec![m, d], Init::Normal(std)),
+                    b1: n("ff.b1", vec![m], Init::Const(0.0)),
+                    w2: ff2w.then(|| n("ff.w2", vec![d, m], Init::Normal(std))),
+                    b2: ff2w.then(|| n("ff.b2", vec![d], Init::Const(0.0))),
+                    ff_scale: n("ff_scale", vec![1], Init::Const(1.0)),
+                    log_c: (cfg.eta == EtaKind::Stable).then(|| n("eta.log_c", vec![1], Init::Const(0.0))),
+                    eta_w: (cfg.eta == EtaKind::Free).then(|| n("eta.w", vec![d, d], Init::Identity)),
+                })
+            }
+            Arch::Gpt | Arch::GptRec => {
+                let layers = if cfg.arch == Arch::Gpt { cfg.steps } else { 1 };
+                // GPT-2's scaled init of the projections that write into the residual stream.
+                let proj_std = std / (2.0 * cfg.steps as f64).sqrt();
+                let layer = |l: usize, b: &mut Builder| {
+                    let mut n = |s: &str, shape: Vec<usize>, init| b.add(format!("layers.{l}.{s}"), shape, init);
+                    GptIdx {
+                        ln1: n("ln1", vec![d], Init::Const(1.0)),
+                        wq: n("attn.wq", vec![hd, d], Init::Normal(std)),
+                        wk: n("attn.wk", vec![hd, d], Init::Normal(std)),
+                        wv: n("attn.wv", vec![hd, d], Init::Normal(std)),
+                        wo: n("attn.wo", vec![d, hd], Init::Normal(proj_std)),
+                        ln2: n("ln2", vec![d], Init::Const(1.0)),
+                        w1: n("mlp.w1", vec![m, d], Init::Normal(std)),
+                        b1: n("mlp.b1", vec![m], Init::Const(0.0)),
+                        w2: n("mlp.w2", vec![d, m], Init::Normal(proj_std)),
+                        b2: n("mlp.b2", vec![d], Init::Const(0.0)),
+                    }
+                };
+                Body::Gpt((0..layers).map(|l| layer(l, &mut b)).collect())
+            }
+        };
+        Self { specs: b.0, tok, pos, out_gamma, head_w, head_b, body }
+    }
+
+    pub fn name(&self, i: usize) -> &str {
+        &self.specs[i].name
+    }
+
+    /// The index of the parameter called `name`.
+    pub fn find(&self, name: &str) -> Option<usize> {
+        self.specs.iter().position(|s| s.name == name)
+    }
+
+    /// Parameters in total.
+    pub fn num_params(&self) -> usize {
+        self.specs.iter().map(ParamSpec::numel).sum()
+    }
+
+    /// The NRGPT block's indices, if this is an NRGPT layout.
+    pub fn nrgpt(&self) -> Option<&NrgptIdx> {
+        match &self.body {
+            Body::Nrgpt(ix) => Some(ix),
+            Body::Gpt(_) => None,
+        }
+    }
+
+    /// The GPT layers' indices, if this is a GPT layout.
+    pub fn gpt(&self) -> Option<&[GptIdx]> {
+        match &self.body {
+            Body::Gpt(ix) => Some(ix),
+            Body::Nrgpt(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_are_contiguous_and_indices_name_their_parameters() {
+        for arch in [Arch::NrgptFf2w, Arch::NrgptFf1, Arch::Gpt, Arch::GptRec] {
+            let cfg = ModelConfig::new(arch, 65, 32, 4, 3, 16);
+            let lay = WeightLayout::new(&cfg);
+            let mut at = 0;
+            for s in &lay.specs {
+                assert_eq!(s.offset, at, "{arch:?} {}", s.name);
+                at += s.numel();
+            }
+            assert_eq!(at, lay.num_params());
+            assert_eq!(lay.name(lay.head_w), "head.w");
+            assert_eq!(lay.specs[lay.tok].shape, vec![65, 32]);
+            match &lay.body {
+                Body::Nrgpt(ix) => {
+                    assert_eq!(lay.name(ix.wq), "block.attn.wq");
+                    assert_eq!(ix.w2.is_some(), arch == Arch::NrgptFf2w);
+                    assert!(ix.log_c.is_some() && ix.eta_w.is_none());
+                }
+                Body::Gpt(layers) => {
+                    assert_eq!(layers.len(), if arch == Arch::Gpt { 3 } else { 1 });
+                    assert_eq!(lay.name(layers[0].wo), "layers.0.attn.wo");
+                }
+            }
+            let names: std::collections::HashSet<_> = lay.specs.iter().map(|s| &s.name).collect();
+            assert_eq!(names.len(), lay.specs.len(), "names are unique");
+        }
+    }
+}

@@ -2,18 +2,21 @@
 //! sample, and write the character vocabulary.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 use clap::{Args, Parser, Subcommand};
 use nrgpt_core::format::Scheme;
+use nrgpt_core::model::num_params;
 use nrgpt_core::sample::{generate, SampleOpts};
 use nrgpt_core::{Activation, Arch, Checkpoint, EtaKind, ModelConfig, NormKind, Vocab};
+use serde::Serialize;
 use trainer::data::Corpus;
 use trainer::eval::{full_loss, monotone_fraction};
 use trainer::export::export;
 use trainer::fast::TrainBackend;
-use trainer::train::{run, RunPaths, Start, TrainSettings};
+use trainer::train::{run, RunPaths, Start, TrainSettings, TrainState};
 use trainer::vocab_file::tokenizer_json;
 
 #[derive(Parser)]
@@ -21,6 +24,10 @@ use trainer::vocab_file::tokenizer_json;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Print the result as one JSON object on stdout instead of the text line
+    /// (progress and logs stay on stderr), for scripts such as `cargo xtask bench`.
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -212,7 +219,26 @@ fn load_ckpt(path: &PathBuf) -> Result<Checkpoint> {
     Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))
 }
 
-fn train(a: TrainArgs) -> Result<()> {
+/// What `train --json` prints: the run as its final checkpoint records it,
+/// and the speed and time of this invocation.
+#[derive(Serialize)]
+struct TrainReport {
+    /// Iterations the run has completed (all of them, across resumes).
+    iters: usize,
+    /// Training speed of this invocation's steps (0 when none were left to run).
+    tokens_per_s: f64,
+    /// Estimates over `eval_iters` random batches at the last iteration, nats/char.
+    train_loss: f64,
+    val_loss: f64,
+    params: usize,
+    /// Wall time of this invocation, evaluations and checkpoints included.
+    seconds: f64,
+    out: PathBuf,
+    ckpt: PathBuf,
+    log: PathBuf,
+}
+
+fn train(a: TrainArgs, json: bool) -> Result<()> {
     let vocab = load_vocab(&a.vocab)?;
     let corpus = Corpus::load(&a.data, &vocab)?;
     let mut cfg = ModelConfig::new(a.model, vocab.len(), a.d_model, a.heads, a.steps, a.block);
@@ -236,7 +262,25 @@ fn train(a: TrainArgs) -> Result<()> {
     };
     let paths = RunPaths { dir: a.out.unwrap_or_else(|| PathBuf::from("runs").join(a.model.name())) };
     let start = if a.resume { Start::Resume { iters: a.iters } } else { Start::Fresh(cfg, settings) };
+    let t0 = Instant::now();
     let out = run(&corpus, &vocab, start, &paths, a.quiet, a.backend)?;
+    if json {
+        // The checkpoint, not the flags, knows the iteration count and model of a resumed run.
+        let ck = load_ckpt(&paths.ckpt())?;
+        let state: TrainState = serde_json::from_str(ck.meta.get("train_state").with_context(|| format!("{} has no train_state", paths.ckpt().display()))?)
+            .with_context(|| format!("parsing the train_state of {}", paths.ckpt().display()))?;
+        return print_json(&TrainReport {
+            iters: state.iter,
+            tokens_per_s: out.tokens_per_s,
+            train_loss: out.train_loss,
+            val_loss: out.val_loss,
+            params: num_params(&ck.config),
+            seconds: t0.elapsed().as_secs_f64(),
+            out: paths.dir.clone(),
+            ckpt: paths.ckpt(),
+            log: paths.log(),
+        });
+    }
     println!(
         "done: train {:.4} val {:.4} | {:.0} tokens/s | checkpoint {}",
         out.train_loss,
@@ -247,50 +291,128 @@ fn train(a: TrainArgs) -> Result<()> {
     Ok(())
 }
 
+/// Prints `value` as the single line a `--json` caller parses.
+fn print_json(value: &impl Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string(value).context("serializing the JSON report")?);
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct EvalReport {
+    split: String,
+    /// Nats/char over every full window of the first `chars` characters.
+    loss: f64,
+    chars: usize,
+    /// Recursion steps the model ran.
+    steps: usize,
+    ckpt: PathBuf,
+}
+
+#[derive(Serialize)]
+struct EnergyReport {
+    monotone_fraction: f64,
+    tokens: usize,
+    /// Recursion steps the model ran.
+    steps: usize,
+    skip: usize,
+    eta: &'static str,
+    ckpt: PathBuf,
+}
+
+#[derive(Serialize)]
+struct SampleReport {
+    prompt: String,
+    /// The generated continuation, without the prompt.
+    text: String,
+}
+
+#[derive(Serialize)]
+struct ExportReport {
+    params: usize,
+    bytes: usize,
+    ratio_to_f32: f64,
+    scheme: String,
+    ckpt: PathBuf,
+    out: PathBuf,
+}
+
+#[derive(Serialize)]
+struct VocabReport {
+    chars: usize,
+    out: PathBuf,
+}
+
+fn eval(a: EvalArgs, json: bool) -> Result<()> {
+    let ck = load_ckpt(&a.on.ckpt)?;
+    let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
+    let model = ck.model()?;
+    let split = if a.split == "train" { &corpus.train } else { &corpus.val };
+    let split = &split[..a.max_chars.unwrap_or(usize::MAX).min(split.len())];
+    let pb = indicatif::ProgressBar::new(0);
+    let loss = full_loss(&model, split, a.batch, a.on.steps, &mut |done, total| {
+        pb.set_length(total as u64);
+        pb.set_position(done as u64);
+    })?;
+    pb.finish_and_clear();
+    if json {
+        let steps = a.on.steps.unwrap_or(ck.config.steps);
+        return print_json(&EvalReport { split: a.split, loss, chars: split.len(), steps, ckpt: a.on.ckpt });
+    }
+    println!("{} loss {loss:.4} nats/char over {} characters ({})", a.split, split.len(), a.on.ckpt.display());
+    Ok(())
+}
+
+fn energy(a: EnergyArgs, json: bool) -> Result<()> {
+    let ck = load_ckpt(&a.on.ckpt)?;
+    let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
+    let model = ck.model()?;
+    let m = monotone_fraction(&model, &corpus.val, a.windows, a.on.steps, a.skip)?;
+    if json {
+        return print_json(&EnergyReport {
+            monotone_fraction: m.fraction,
+            tokens: m.tokens,
+            steps: m.steps,
+            skip: a.skip,
+            eta: ck.config.eta.name(),
+            ckpt: a.on.ckpt,
+        });
+    }
+    println!(
+        "energy monotone after step {}: {:.4} of {} tokens ({} steps, eta {}, {})",
+        a.skip,
+        m.fraction,
+        m.tokens,
+        m.steps,
+        ck.config.eta.name(),
+        a.on.ckpt.display()
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
-    match Cli::parse().cmd {
-        Cmd::Train(a) => train(a),
-        Cmd::Eval(a) => {
-            let ck = load_ckpt(&a.on.ckpt)?;
-            let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
-            let model = ck.model()?;
-            let split = if a.split == "train" { &corpus.train } else { &corpus.val };
-            let split = &split[..a.max_chars.unwrap_or(usize::MAX).min(split.len())];
-            let pb = indicatif::ProgressBar::new(0);
-            let loss = full_loss(&model, split, a.batch, a.on.steps, &mut |done, total| {
-                pb.set_length(total as u64);
-                pb.set_position(done as u64);
-            })?;
-            pb.finish_and_clear();
-            println!("{} loss {loss:.4} nats/char over {} characters ({})", a.split, split.len(), a.on.ckpt.display());
-            Ok(())
-        }
-        Cmd::Energy(a) => {
-            let ck = load_ckpt(&a.on.ckpt)?;
-            let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
-            let model = ck.model()?;
-            let m = monotone_fraction(&model, &corpus.val, a.windows, a.on.steps, a.skip)?;
-            println!(
-                "energy monotone after step {}: {:.4} of {} tokens ({} steps, eta {}, {})",
-                a.skip,
-                m.fraction,
-                m.tokens,
-                m.steps,
-                ck.config.eta.name(),
-                a.on.ckpt.display()
-            );
-            Ok(())
-        }
+    let cli = Cli::parse();
+    let json = cli.json;
+    match cli.cmd {
+        Cmd::Train(a) => train(a, json),
+        Cmd::Eval(a) => eval(a, json),
+        Cmd::Energy(a) => energy(a, json),
         Cmd::Sample(a) => {
             let ck = load_ckpt(&a.ckpt)?;
             let model = ck.model()?;
             let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
             let text = generate(&model, &ck.vocab, &a.prompt, a.len, &opts)?;
+            if json {
+                return print_json(&SampleReport { prompt: a.prompt, text });
+            }
             println!("{}{}", a.prompt, text);
             Ok(())
         }
         Cmd::Export { ckpt, out, quant } => {
             let e = export(&ckpt, &out, quant)?;
+            if json {
+                let ratio_to_f32 = e.ratio_to_f32();
+                return print_json(&ExportReport { params: e.params, bytes: e.bytes, ratio_to_f32, scheme: quant.to_string(), ckpt, out });
+            }
             println!(
                 "wrote {} ({quant}): {} bytes, {:.1}% of the f32 weights | {} params",
                 out.display(),
@@ -304,6 +426,9 @@ fn main() -> Result<()> {
             let text = std::fs::read_to_string(&data).with_context(|| format!("reading {}", data.display()))?;
             let vocab = Vocab::from_text(&text)?;
             std::fs::write(&out, tokenizer_json(&vocab)?).with_context(|| format!("writing {}", out.display()))?;
+            if json {
+                return print_json(&VocabReport { chars: vocab.len(), out });
+            }
             println!("wrote {} ({} characters)", out.display(), vocab.len());
             Ok(())
         }

@@ -1,8 +1,9 @@
 //! `cargo xtask bench`: one table measured in one run on this machine —
 //! quality (val/train loss, f32 and int8), trainer throughput against PyTorch
 //! CPU, decode speed and dispatches, page speed, energy monotonicity — written
-//! into the README with a loss-curve figure. `--smoke` runs a tiny version
-//! (CI): tiny models, a few iterations, no PyTorch download, no README write.
+//! to BENCH.md with a loss-curve figure (the README keeps a small table of
+//! headline figures, edited by hand). `--smoke` runs a tiny version (CI): tiny
+//! models, a few iterations, no PyTorch download, nothing written.
 //!
 //! Training runs are deterministic (seeded) and live in runs/bench/<name>; a
 //! finished run is reused, an unfinished one resumed, so a second bench run
@@ -14,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use serde_json::Value;
 
 use crate::plot::{Panel, Series, COLOURS};
 use crate::{root, run, say};
@@ -24,10 +26,8 @@ fn bin(smoke: bool, name: &str) -> String {
     format!("target/{}/{name}", if smoke { "debug" } else { "release" })
 }
 
-const README: &str = "README.md";
+const BENCH_MD: &str = "BENCH.md";
 const FIGURE: &str = "www/figures/loss-curves.svg";
-const BEGIN: &str = "<!-- bench:begin (written by `cargo xtask bench`) -->";
-const END: &str = "<!-- bench:end -->";
 /// PyTorch from PyPI, in a venv of its own under target/.
 const VENV: &str = "target/bench-venv";
 const TORCH_SCRIPT: &str = "xtask/python/torch_trainer.py";
@@ -113,7 +113,36 @@ fn capture(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The first number after `key` in `text`.
+/// The object a trainer subcommand printed with `--json`, and the command
+/// line, so a missing field names the command that lacked it.
+struct Reply {
+    cmd: String,
+    value: Value,
+}
+
+impl Reply {
+    fn f64(&self, key: &str) -> Result<f64> {
+        self.value.get(key).and_then(Value::as_f64).with_context(|| format!("`{}` printed no number `{key}` in {}", self.cmd, self.value))
+    }
+
+    fn usize(&self, key: &str) -> Result<usize> {
+        let n = self.value.get(key).and_then(Value::as_u64).with_context(|| format!("`{}` printed no count `{key}` in {}", self.cmd, self.value))?;
+        usize::try_from(n).with_context(|| format!("`{}`: `{key}` = {n} does not fit a usize", self.cmd))
+    }
+}
+
+/// Runs a trainer subcommand with `--json` and parses the object it prints as
+/// its last stdout line, so the bench never depends on the human-readable text.
+fn trainer_json(cmd: &mut Command) -> Result<Reply> {
+    cmd.arg("--json");
+    let line = format!("{cmd:?}").replace('"', "");
+    let stdout = capture(cmd)?;
+    let last = stdout.lines().rev().find(|l| !l.trim().is_empty()).with_context(|| format!("`{line}` printed nothing on stdout"))?;
+    let value = serde_json::from_str(last).with_context(|| format!("`{line}` did not print JSON: {last}"))?;
+    Ok(Reply { cmd: line, value })
+}
+
+/// The first number after `key` in `text` (the PyTorch script's `key value` lines).
 fn number_after(text: &str, key: &str) -> Result<f64> {
     let i = text.find(key).with_context(|| format!("no `{key}` in: {text}"))? + key.len();
     let num: String = text[i..].trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '-').collect();
@@ -169,30 +198,32 @@ fn train_and_eval(trainer: &str, plan: &Plan, spec: &Spec, base: &Path) -> Resul
         } else {
             cmd.args(spec.flags).args(plan.common);
         }
-        capture(&mut cmd)?;
+        let trained = trainer_json(&mut cmd)?;
+        if trained.usize("iters")? != iters {
+            bail!("`{}` stopped at {} iterations, not {iters}", trained.cmd, trained.value["iters"]);
+        }
         eprintln!("    trained in {:.0} s", t0.elapsed().as_secs_f64());
     }
     let int8 = dir.join("int8.safetensors");
-    let export = capture(Command::new(trainer).arg("export").arg("--ckpt").arg(&ckpt).arg("--out").arg(&int8).args(["--quant", "int8"]))?;
-    let params = number_after(&export, "|")? as usize;
+    let export = trainer_json(Command::new(trainer).arg("export").arg("--ckpt").arg(&ckpt).arg("--out").arg(&int8).args(["--quant", "int8"]))?;
     let eval = |file: &Path, split: &str, max: Option<usize>| -> Result<f64> {
         let mut cmd = Command::new(trainer);
         cmd.arg("eval").arg("--ckpt").arg(file).args(["--split", split]);
         if let Some(m) = max {
             cmd.args(["--max-chars", &m.to_string()]);
         }
-        number_after(&capture(&mut cmd)?, "loss")
+        trainer_json(&mut cmd)?.f64("loss")
     };
     let val_max = if plan.eval_chars == Some(111_540) { None } else { plan.eval_chars };
     Ok(Quality {
         size: spec.size,
         name: spec.name,
-        params,
+        params: export.usize("params")?,
         iters,
         val_f32: eval(&ckpt, "val", val_max)?,
         val_int8: eval(&int8, "val", val_max)?,
         train_f32: eval(&ckpt, "train", plan.eval_chars)?,
-        int8_bytes: std::fs::metadata(&int8)?.len(),
+        int8_bytes: export.usize("bytes")? as u64,
         dir,
     })
 }
@@ -226,7 +257,7 @@ fn throughput(trainer: &str, plan: &Plan, smoke: bool) -> Result<Vec<Throughput>
         let _ = std::fs::remove_dir_all(&tmp);
         let mut cmd = Command::new(trainer);
         cmd.arg("train").args(*flags).args(["--iters", &plan.throughput_iters.to_string(), "--eval-every", "100000", "--eval-iters", "1", "--quiet", "--out"]).arg(&tmp);
-        let ours = number_after(&capture(&mut cmd)?, "|")?;
+        let ours = trainer_json(&mut cmd)?.f64("tokens_per_s")?;
         let torch = match &torch {
             Some(py) => {
                 let mut cmd = Command::new(py);
@@ -283,7 +314,7 @@ pub fn bench(smoke: bool) -> Result<()> {
             if let Some(s) = steps {
                 cmd.args(["--steps", s]);
             }
-            row.push(format!("{:.3}", number_after(&capture(&mut cmd)?, ":")?));
+            row.push(format!("{:.3}", trainer_json(&mut cmd)?.f64("monotone_fraction")?));
         }
         energy.push(row);
     }
@@ -369,8 +400,8 @@ pub fn bench(smoke: bool) -> Result<()> {
         return Ok(());
     }
     write_figure(&quality, cmd_name)?;
-    write_readme(&md)?;
-    say(&format!("wrote the table into {README} and the figure {FIGURE} ({:.0} min)", t0.elapsed().as_secs_f64() / 60.0));
+    write_bench_md(&md)?;
+    say(&format!("wrote {BENCH_MD} and the figure {FIGURE} ({:.0} min)", t0.elapsed().as_secs_f64() / 60.0));
     Ok(())
 }
 
@@ -424,13 +455,11 @@ fn write_figure(quality: &[Quality], cmd_name: &str) -> Result<()> {
     std::fs::write(&path, crate::plot::svg(&panels, &caption)).with_context(|| format!("writing {FIGURE}"))
 }
 
-/// Replaces the text between the bench markers in the README.
-fn write_readme(md: &str) -> Result<()> {
-    let path = root().join(README);
-    let text = std::fs::read_to_string(&path)?;
-    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
-        bail!("{README} lacks the markers {BEGIN} ... {END}");
-    };
-    let new = format!("{}{BEGIN}\n{md}\n![Loss curves]({FIGURE})\n\n{}", &text[..a], &text[b..]);
-    std::fs::write(&path, new).context("writing the README")
+/// BENCH.md in full: the previous run's numbers are in git.
+fn write_bench_md(md: &str) -> Result<()> {
+    let text = format!(
+        "# Benchmarks\n\nWritten by `cargo xtask bench` (the full run takes about an hour on 2 cores; \
+         `cargo xtask bench --smoke` is part of the test suite). History is in git.\n\n{md}\n![Loss curves]({FIGURE})\n"
+    );
+    std::fs::write(root().join(BENCH_MD), text).with_context(|| format!("writing {BENCH_MD}"))
 }

@@ -1,6 +1,6 @@
 //! The fast backend: each model's forward and hand-derived backward in plain
 //! Rust on f32 slices (NRGPT: forward.rs, backward.rs; the GPT baselines:
-//! gpt.rs), for training on the CPU without an autograd graph.
+//! gpt_baselines.rs), for training on the CPU without an autograd graph.
 //!
 //! The batch is cut into chunks of whole sequences (a fixed size, independent
 //! of the thread count); each chunk runs forward + backward on its own
@@ -17,7 +17,7 @@ pub mod adamw;
 pub mod backward;
 pub mod forward;
 pub mod gemm;
-pub mod gpt;
+pub mod gpt_baselines;
 #[cfg(target_arch = "x86_64")]
 pub mod kernel512;
 pub mod math;
@@ -157,8 +157,8 @@ impl FastModel {
                 forward::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), total);
                 backward::backward(cfg, lay, params, pt, ws, ids, ck.as_deref(), fault);
             } else {
-                gpt::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), total);
-                gpt::backward(cfg, lay, params, ws, ids, ck.as_deref());
+                gpt_baselines::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), total);
+                gpt_baselines::backward(cfg, lay, params, ws, ids, ck.as_deref());
             }
         };
         let starts: Vec<usize> = self

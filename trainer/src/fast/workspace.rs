@@ -60,7 +60,7 @@ pub struct StepTape {
     pub gff: Vec<f32>,
 }
 
-/// What one applied GPT layer saves (src/gpt.rs: x + Attn(N1(x)), then + MLP(N2(.))).
+/// What one applied GPT layer saves (crates/core/src/gpt.rs: x + Attn(N1(x)), then + MLP(N2(.))).
 pub struct LayerTape {
     /// The layer's input, (r, d).
     pub x: Vec<f32>,

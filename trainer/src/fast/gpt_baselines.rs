@@ -1,8 +1,8 @@
 //! The GPT baselines (gpt: L layers; gpt-rec: one layer applied T times) on
 //! the fast backend: forward and hand-derived backward of one chunk, the same
-//! function as src/gpt.rs + `Model::forward` + `cross_entropy`. Each layer is
+//! function as crates/core/src/gpt.rs + `Model::forward` + `cross_entropy`. Each layer is
 //!   x' = x + m1 * Attn(N1(x)),  x'' = x' + m2 * MLP(N2(x'))
-//! with dropout masks m1, m2 on the residual branches (as in src/gpt.rs).
+//! with dropout masks m1, m2 on the residual branches (as in crates/core/src/gpt.rs).
 
 use nrgpt_core::ModelConfig;
 

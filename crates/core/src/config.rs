@@ -16,6 +16,9 @@ pub enum Arch {
     Gpt,
     /// Recurrent GPT: one pre-norm layer applied `steps` times.
     GptRec,
+    /// Energy-Based Transformer: `layers` pre-norm layers score a candidate
+    /// prediction, refined by `steps` descent steps on its energy.
+    Ebt,
 }
 
 impl Arch {
@@ -29,6 +32,7 @@ impl Arch {
             Arch::NrgptFf1 => "nrgpt-ff1",
             Arch::Gpt => "gpt",
             Arch::GptRec => "gpt-rec",
+            Arch::Ebt => "ebt",
         }
     }
 }
@@ -41,8 +45,9 @@ impl std::str::FromStr for Arch {
             "nrgpt-ff1" => Ok(Arch::NrgptFf1),
             "gpt" => Ok(Arch::Gpt),
             "gpt-rec" => Ok(Arch::GptRec),
+            "ebt" => Ok(Arch::Ebt),
             _ => Err(Error::Config(format!(
-                "unknown model `{s}` (expected nrgpt-ff2w, nrgpt-ff1, gpt or gpt-rec)"
+                "unknown model `{s}` (expected nrgpt-ff2w, nrgpt-ff1, gpt, gpt-rec or ebt)"
             ))),
         }
     }
@@ -82,6 +87,10 @@ pub enum Activation {
     Relu,
 }
 
+fn one() -> usize {
+    1
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
     pub arch: Arch,
@@ -90,8 +99,11 @@ pub struct ModelConfig {
     pub n_head: usize,
     /// Width of each head's query/key map; `J_h = Wk_h^T Wq_h` has rank `head_dim`.
     pub head_dim: usize,
-    /// Recursion steps T (NRGPT, gpt-rec) or layers L (gpt).
+    /// Recursion steps T (NRGPT, gpt-rec), layers L (gpt) or thinking steps S (ebt).
     pub steps: usize,
+    /// Layers of EBT's energy network (the other models ignore it).
+    #[serde(default = "one")]
+    pub layers: usize,
     pub block_size: usize,
     /// Hidden width of the feed-forward energy / MLP is `ff_mult * d_model`.
     pub ff_mult: usize,
@@ -111,6 +123,7 @@ impl ModelConfig {
             n_head,
             head_dim: d_model / n_head.max(1),
             steps,
+            layers: 1,
             block_size,
             ff_mult: 4,
             norm: NormKind::LayerNorm,
@@ -129,8 +142,8 @@ impl ModelConfig {
         if self.vocab_size == 0 || self.d_model == 0 || self.n_head == 0 || self.head_dim == 0 {
             return bad(format!("sizes must be positive: {self:?}"));
         }
-        if self.steps == 0 || self.block_size == 0 || self.ff_mult == 0 {
-            return bad(format!("steps, block size and ff_mult must be positive: {self:?}"));
+        if self.steps == 0 || self.layers == 0 || self.block_size == 0 || self.ff_mult == 0 {
+            return bad(format!("steps, layers, block size and ff_mult must be positive: {self:?}"));
         }
         if !(self.eps > 0.0) {
             return bad(format!("eps must be positive, got {}", self.eps));

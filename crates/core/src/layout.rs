@@ -71,6 +71,15 @@ pub struct GptIdx {
     pub b2: usize,
 }
 
+/// Indices of EBT's parameters beyond the embeddings and the energy head.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EbtIdx {
+    /// The energy network's pre-norm layers (same parameters as a GPT layer).
+    pub layers: Vec<GptIdx>,
+    /// The thinking step size `a = exp(log_a) + 1e-4`.
+    pub log_a: usize,
+}
+
 /// The parameters between the embedding and the readout.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Body {
@@ -78,6 +87,8 @@ pub enum Body {
     Nrgpt(NrgptIdx),
     /// One entry per distinct GPT layer (gpt: `steps` layers; gpt-rec: one, applied `steps` times).
     Gpt(Vec<GptIdx>),
+    /// EBT: `head` is its energy head (D -> 1), not a readout.
+    Ebt(EbtIdx),
 }
 
 /// Every parameter a config needs, in a fixed order, with typed indices.
@@ -103,16 +114,42 @@ impl Builder {
     }
 }
 
+/// Initial `log a` of EBT's thinking step (a = e^4.6, about 100).
+pub const EBT_LOG_A0: f64 = 4.6;
+
+/// Layer `l` of a stack that applies `applied` layers in sequence (GPT's
+/// layers and EBT's energy network share the parameters).
+fn gpt_layer(b: &mut Builder, cfg: &ModelConfig, l: usize, std: f64, applied: usize) -> GptIdx {
+    let (d, m, hd) = (cfg.d_model, cfg.ff_hidden(), cfg.n_head * cfg.head_dim);
+    // GPT-2's scaled init of the projections that write into the residual stream.
+    let proj_std = std / (2.0 * applied as f64).sqrt();
+    let mut p = |s: &str, shape: Vec<usize>, init| b.add(format!("layers.{l}.{s}"), shape, init);
+    GptIdx {
+        ln1: p("ln1", vec![d], Init::Const(1.0)),
+        wq: p("attn.wq", vec![hd, d], Init::Normal(std)),
+        wk: p("attn.wk", vec![hd, d], Init::Normal(std)),
+        wv: p("attn.wv", vec![hd, d], Init::Normal(std)),
+        wo: p("attn.wo", vec![d, hd], Init::Normal(proj_std)),
+        ln2: p("ln2", vec![d], Init::Const(1.0)),
+        w1: p("mlp.w1", vec![m, d], Init::Normal(std)),
+        b1: p("mlp.b1", vec![m], Init::Const(0.0)),
+        w2: p("mlp.w2", vec![d, m], Init::Normal(proj_std)),
+        b2: p("mlp.b2", vec![d], Init::Const(0.0)),
+    }
+}
+
 impl WeightLayout {
     pub fn new(cfg: &ModelConfig) -> Self {
         let (v, d, m, hd) = (cfg.vocab_size, cfg.d_model, cfg.ff_hidden(), cfg.n_head * cfg.head_dim);
         let std = 0.02;
         let mut b = Builder(Vec::new());
+        // EBT's head maps the normalised state to one energy, the others' to V logits
+        let head_out = if cfg.arch == Arch::Ebt { 1 } else { v };
         let tok = b.add("tok_emb".into(), vec![v, d], Init::Normal(std));
         let pos = b.add("pos_emb".into(), vec![cfg.block_size, d], Init::Normal(std));
         let out_gamma = b.add("out_norm.gamma".into(), vec![d], Init::Const(1.0));
-        let head_w = b.add("head.w".into(), vec![v, d], Init::Normal(std));
-        let head_b = b.add("head.b".into(), vec![v], Init::Const(0.0));
+        let head_w = b.add("head.w".into(), vec![head_out, d], Init::Normal(std));
+        let head_b = b.add("head.b".into(), vec![head_out], Init::Const(0.0));
         let body = match cfg.arch {
             Arch::NrgptFf2w | Arch::NrgptFf1 => {
                 let ff2w = cfg.arch == Arch::NrgptFf2w;
@@ -133,24 +170,13 @@ impl WeightLayout {
             }
             Arch::Gpt | Arch::GptRec => {
                 let layers = if cfg.arch == Arch::Gpt { cfg.steps } else { 1 };
-                // GPT-2's scaled init of the projections that write into the residual stream.
-                let proj_std = std / (2.0 * cfg.steps as f64).sqrt();
-                let layer = |l: usize, b: &mut Builder| {
-                    let mut n = |s: &str, shape: Vec<usize>, init| b.add(format!("layers.{l}.{s}"), shape, init);
-                    GptIdx {
-                        ln1: n("ln1", vec![d], Init::Const(1.0)),
-                        wq: n("attn.wq", vec![hd, d], Init::Normal(std)),
-                        wk: n("attn.wk", vec![hd, d], Init::Normal(std)),
-                        wv: n("attn.wv", vec![hd, d], Init::Normal(std)),
-                        wo: n("attn.wo", vec![d, hd], Init::Normal(proj_std)),
-                        ln2: n("ln2", vec![d], Init::Const(1.0)),
-                        w1: n("mlp.w1", vec![m, d], Init::Normal(std)),
-                        b1: n("mlp.b1", vec![m], Init::Const(0.0)),
-                        w2: n("mlp.w2", vec![d, m], Init::Normal(proj_std)),
-                        b2: n("mlp.b2", vec![d], Init::Const(0.0)),
-                    }
-                };
-                Body::Gpt((0..layers).map(|l| layer(l, &mut b)).collect())
+                Body::Gpt((0..layers).map(|l| gpt_layer(&mut b, cfg, l, std, cfg.steps)).collect())
+            }
+            Arch::Ebt => {
+                let layers = (0..cfg.layers).map(|l| gpt_layer(&mut b, cfg, l, std, cfg.layers)).collect();
+                // a = e^{log_a}: a 65-way softmax has a tiny input gradient, so the step starts large
+                let log_a = b.add("ebt.log_a".into(), vec![1], Init::Const(EBT_LOG_A0));
+                Body::Ebt(EbtIdx { layers, log_a })
             }
         };
         Self { specs: b.0, tok, pos, out_gamma, head_w, head_b, body }
@@ -174,7 +200,15 @@ impl WeightLayout {
     pub fn nrgpt(&self) -> Option<&NrgptIdx> {
         match &self.body {
             Body::Nrgpt(ix) => Some(ix),
-            Body::Gpt(_) => None,
+            _ => None,
+        }
+    }
+
+    /// EBT's indices, if this is an EBT layout.
+    pub fn ebt(&self) -> Option<&EbtIdx> {
+        match &self.body {
+            Body::Ebt(ix) => Some(ix),
+            _ => None,
         }
     }
 
@@ -182,7 +216,7 @@ impl WeightLayout {
     pub fn gpt(&self) -> Option<&[GptIdx]> {
         match &self.body {
             Body::Gpt(ix) => Some(ix),
-            Body::Nrgpt(_) => None,
+            _ => None,
         }
     }
 }
@@ -193,8 +227,9 @@ mod tests {
 
     #[test]
     fn offsets_are_contiguous_and_indices_name_their_parameters() {
-        for arch in [Arch::NrgptFf2w, Arch::NrgptFf1, Arch::Gpt, Arch::GptRec] {
-            let cfg = ModelConfig::new(arch, 65, 32, 4, 3, 16);
+        for arch in [Arch::NrgptFf2w, Arch::NrgptFf1, Arch::Gpt, Arch::GptRec, Arch::Ebt] {
+            let mut cfg = ModelConfig::new(arch, 65, 32, 4, 3, 16);
+            cfg.layers = 2;
             let lay = WeightLayout::new(&cfg);
             let mut at = 0;
             for s in &lay.specs {
@@ -204,6 +239,9 @@ mod tests {
             assert_eq!(at, lay.num_params());
             assert_eq!(lay.name(lay.head_w), "head.w");
             assert_eq!(lay.specs[lay.tok].shape, vec![65, 32]);
+            if arch != Arch::Ebt {
+                assert_eq!(lay.specs[lay.head_w].shape, vec![65, 32]);
+            }
             match &lay.body {
                 Body::Nrgpt(ix) => {
                     assert_eq!(lay.name(ix.wq), "block.attn.wq");
@@ -213,6 +251,10 @@ mod tests {
                 Body::Gpt(layers) => {
                     assert_eq!(layers.len(), if arch == Arch::Gpt { 3 } else { 1 });
                     assert_eq!(lay.name(layers[0].wo), "layers.0.attn.wo");
+                }
+                Body::Ebt(ix) => {
+                    assert_eq!(ix.layers.len(), 2);
+                    assert_eq!(lay.specs[lay.head_w].shape, vec![1, 32], "one energy, not V logits");
                 }
             }
             let names: std::collections::HashSet<_> = lay.specs.iter().map(|s| &s.name).collect();

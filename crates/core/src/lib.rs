@@ -2,11 +2,13 @@
 //! crate builds on. The weight layout ([`layout`]) names and shapes every
 //! parameter once; the energies and their *analytic* gradients live in
 //! [`energy`] and [`norm`]; the recurrent descent `x <- x - eta * dE/dg` in
-//! [`nrgpt`]; the baselines in [`gpt`]; element-wise math shared with the
+//! [`nrgpt`]; the Energy-Based Transformer, which descends on its prediction,
+//! in [`ebt`]; the baselines in [`gpt`]; element-wise math shared with the
 //! CPU decoder and the fast trainer in [`scalar`]. This crate knows nothing
 //! of the decoding engine or the web page.
 
 pub mod config;
+pub mod ebt;
 pub mod energy;
 pub mod error;
 pub mod format;

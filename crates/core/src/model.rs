@@ -146,6 +146,9 @@ impl Model {
                     })
                     .collect(),
             ),
+            Body::Ebt(_) => {
+                return Err(Error::Config("an EBT predicts by thinking: load it with `ebt::Ebt::new`, not `Model::new`".into()))
+            }
         };
         Ok(Self {
             cfg: cfg.clone(),

@@ -1,0 +1,302 @@
+//! The Energy-Based Transformer (arXiv 2507.02092), decoder-only, for the
+//! next character: the candidate prediction itself is refined by descent on
+//! a learned energy ("thinking"), and its energy scores it ("verification").
+//!
+//! For each position A the candidate is logits `z` over the vocabulary,
+//! embedded as `e = softmax(z)^T Emb` (the shared token embedding). `layers`
+//! pre-norm layers run two streams: the real tokens attend causally to real
+//! tokens (B <= A), as in GPT; the prediction at A attends to the real tokens
+//! B <= A and to itself. A linear head on the normalised prediction stream
+//! gives the energy `E_A(z)`. The real stream does not depend on `z`, so it is
+//! computed once ([`Ebt::context`]); [`Ebt::energy_grad`] writes the prediction
+//! stream's input gradient `dE/dz` analytically, as tensor ops, so one pass of
+//! candle's autograd differentiates through it (candle's gradient of a
+//! gradient is silently wrong). Thinking: `z <- z - a dE/dz`.
+
+use candle_core::{DType, Device, Result, Tensor, D};
+
+use crate::gpt::GptLayer;
+use crate::layout::{Body, WeightLayout};
+use crate::linear::linear;
+use crate::model::Weights;
+use crate::norm::{norm, norm_vjp, Normed};
+use crate::ops::{activation, causal_masks, merge_heads, softmax_lse, split_heads};
+use crate::rng::Rng64;
+use crate::{Error, ModelConfig};
+
+/// The floor of the thinking step (the reference clamps its step size at
+/// 1e-4; a floor added to e^{log a} keeps the same bound and a smooth gradient,
+/// where candle's `maximum` backward gave the wrong sign).
+pub const MIN_STEP: f64 = 1e-4;
+
+pub struct Ebt {
+    pub cfg: ModelConfig,
+    tok_emb: Tensor,
+    pos_emb: Tensor,
+    out_gamma: Tensor,
+    /// (1, D) and (1): the energy head.
+    head_w: Tensor,
+    head_b: Tensor,
+    log_a: Tensor,
+    layers: Vec<GptLayer>,
+}
+
+/// What the prediction stream reads from the real stream: per layer, the real
+/// tokens' keys and values (B, H, n, dh), and the additive causal mask (n, n).
+pub struct Context {
+    keys: Vec<Tensor>,
+    values: Vec<Tensor>,
+    mask: Tensor,
+    pos: Tensor,
+}
+
+/// What one layer of the prediction stream keeps for its backward.
+struct Saved {
+    n1: Normed,
+    q: Tensor,
+    k_self: Tensor,
+    v_self: Tensor,
+    /// Attention weights on the real tokens (B, H, n, n) and on itself (B, H, n, 1).
+    p_real: Tensor,
+    p_self: Tensor,
+    n2: Normed,
+    ds: Tensor,
+}
+
+/// `E_A(z)` (B, n) and, when asked, `dE_A/dz_A` (B, n, V).
+pub struct EnergyGrad {
+    pub energy: Tensor,
+    pub grad: Option<Tensor>,
+}
+
+/// A thinking trajectory: `logits[s]` is z(s) and `energies[s]` its energy, s = 0..=S.
+pub struct Thought {
+    pub logits: Vec<Tensor>,
+    pub energies: Vec<Tensor>,
+}
+
+impl Ebt {
+    /// Builds the model from `w`, checking every name and shape.
+    pub fn new(cfg: &ModelConfig, w: &Weights) -> crate::Result<Self> {
+        cfg.validate()?;
+        let lay = WeightLayout::new(cfg);
+        let Body::Ebt(ix) = &lay.body else {
+            return Err(Error::Config(format!("`{}` is not an EBT", cfg.arch.name())));
+        };
+        for spec in &lay.specs {
+            let t = w.get(&spec.name).ok_or_else(|| Error::MissingWeight(spec.name.clone()))?;
+            if t.dims() != spec.shape.as_slice() {
+                return Err(Error::WeightShape { name: spec.name.clone(), got: t.dims().to_vec(), want: spec.shape.clone() });
+            }
+        }
+        let get = |i: usize| w[lay.name(i)].clone();
+        let layers = ix
+            .layers
+            .iter()
+            .map(|l| GptLayer {
+                norm: cfg.norm,
+                eps: cfg.eps,
+                n_head: cfg.n_head,
+                ln1: get(l.ln1),
+                wq: get(l.wq),
+                wk: get(l.wk),
+                wv: get(l.wv),
+                wo: get(l.wo),
+                ln2: get(l.ln2),
+                w1: get(l.w1),
+                b1: get(l.b1),
+                w2: get(l.w2),
+                b2: get(l.b2),
+                act: cfg.activation,
+            })
+            .collect();
+        Ok(Self {
+            cfg: cfg.clone(),
+            tok_emb: get(lay.tok),
+            pos_emb: get(lay.pos),
+            out_gamma: get(lay.out_gamma),
+            head_w: get(lay.head_w),
+            head_b: get(lay.head_b),
+            log_a: get(ix.log_a),
+            layers,
+        })
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.tok_emb.dtype()
+    }
+
+    pub fn device(&self) -> &Device {
+        self.tok_emb.device()
+    }
+
+    /// The thinking step `a = e^{log a} + 1e-4`, shape (1).
+    pub fn step_size(&self) -> Result<Tensor> {
+        self.log_a.exp()? + MIN_STEP
+    }
+
+    /// Runs the real stream over `ids` (B, n) u32 and keeps what predictions read.
+    pub fn context(&self, ids: &Tensor) -> crate::Result<Context> {
+        let (b, n) = ids.dims2()?;
+        if n > self.cfg.block_size {
+            return Err(Error::Config(format!("sequence of {n} exceeds the block size {}", self.cfg.block_size)));
+        }
+        let pos = self.pos_emb.narrow(0, 0, n)?;
+        let tok = self.tok_emb.index_select(&ids.flatten_all()?, 0)?.reshape((b, n, self.cfg.d_model))?;
+        let mut x = tok.broadcast_add(&pos)?;
+        let (mut keys, mut values) = (Vec::new(), Vec::new());
+        for layer in &self.layers {
+            let h = norm(layer.norm, &x, &layer.ln1, layer.eps)?.g;
+            keys.push(split_heads(&linear(&h, &layer.wk, None)?, layer.n_head)?);
+            values.push(split_heads(&linear(&h, &layer.wv, None)?, layer.n_head)?);
+            x = layer.forward(&x, None, None)?;
+        }
+        let (mask, _) = causal_masks(n, false, x.dtype(), x.device())?;
+        Ok(Context { keys, values, mask, pos })
+    }
+
+    /// `E_A(z)` for every position, and `dE_A/dz_A` when `want_grad`
+    /// (each position's energy depends on its own candidate only).
+    pub fn energy_grad(&self, ctx: &Context, z: &Tensor, want_grad: bool) -> Result<EnergyGrad> {
+        // e = softmax(z)^T Emb, placed at the position it predicts from
+        let (y, _) = softmax_lse(z)?;
+        let mut p = linear(&y, &self.tok_emb.t()?, None)?.broadcast_add(&ctx.pos)?;
+        let mut saved = Vec::with_capacity(self.layers.len());
+        for (l, layer) in self.layers.iter().enumerate() {
+            let (next, s) = self.predict_layer(layer, &ctx.keys[l], &ctx.values[l], &ctx.mask, &p)?;
+            p = next;
+            saved.push(s);
+        }
+        let no = norm(self.cfg.norm, &p, &self.out_gamma, self.cfg.eps)?;
+        // E = w_E . N_out(p) + b_E
+        let energy = linear(&no.g, &self.head_w, Some(&self.head_b))?.squeeze(D::Minus1)?;
+        if !want_grad {
+            return Ok(EnergyGrad { energy, grad: None });
+        }
+        let mut delta = norm_vjp(self.cfg.norm, &no, &self.out_gamma, &self.head_w.squeeze(0)?.broadcast_as(p.shape())?)?;
+        for (l, layer) in self.layers.iter().enumerate().rev() {
+            delta = predict_layer_vjp(layer, &ctx.keys[l], &ctx.values[l], &saved[l], &delta)?;
+        }
+        // dE/dz = (diag(y) - y y^T) Emb dE/de
+        let g = linear(&delta, &self.tok_emb, None)?;
+        let grad = (&y * g.broadcast_sub(&(&y * &g)?.sum_keepdim(D::Minus1)?)?)?;
+        Ok(EnergyGrad { energy, grad: Some(grad) })
+    }
+
+    /// One pre-norm layer of the prediction stream: attention over the real
+    /// tokens B <= A and the prediction itself, then the MLP.
+    fn predict_layer(&self, layer: &GptLayer, keys: &Tensor, values: &Tensor, mask: &Tensor, p: &Tensor) -> Result<(Tensor, Saved)> {
+        let h = layer.n_head;
+        let n1 = norm(layer.norm, p, &layer.ln1, layer.eps)?;
+        let q = split_heads(&linear(&n1.g, &layer.wq, None)?, h)?;
+        let k_self = split_heads(&linear(&n1.g, &layer.wk, None)?, h)?;
+        let v_self = split_heads(&linear(&n1.g, &layer.wv, None)?, h)?;
+        let scale = 1.0 / (q.dim(3)? as f64).sqrt();
+        let s_real = (q.matmul(&keys.t()?)? * scale)?.broadcast_add(mask)?;
+        let s_self = ((&q * &k_self)?.sum_keepdim(D::Minus1)? * scale)?;
+        let n = s_real.dim(3)?;
+        let (pr, _) = softmax_lse(&Tensor::cat(&[&s_real, &s_self], D::Minus1)?)?;
+        let (p_real, p_self) = (pr.narrow(D::Minus1, 0, n)?, pr.narrow(D::Minus1, n, 1)?);
+        let att = (p_real.matmul(values)? + p_self.broadcast_mul(&v_self)?)?;
+        let p1 = (p + linear(&merge_heads(&att)?, &layer.wo, None)?)?;
+        let n2 = norm(layer.norm, &p1, &layer.ln2, layer.eps)?;
+        let (s, ds) = activation(layer.act, &linear(&n2.g, &layer.w1, Some(&layer.b1))?)?;
+        let p2 = (&p1 + linear(&s, &layer.w2, Some(&layer.b2))?)?;
+        Ok((p2, Saved { n1, q, k_self, v_self, p_real, p_self, n2, ds }))
+    }
+
+    /// Thinks `steps` steps from `z0` (B, n, V), with the step size scaled by
+    /// `step_scale` (1 = as trained). Returns every z(s) and its energy.
+    pub fn think(&self, ctx: &Context, z0: &Tensor, steps: usize, step_scale: f64) -> Result<Thought> {
+        let a = (self.step_size()? * step_scale)?;
+        let mut z = z0.clone();
+        let (mut logits, mut energies) = (Vec::with_capacity(steps + 1), Vec::with_capacity(steps + 1));
+        for _ in 0..steps {
+            let eg = self.energy_grad(ctx, &z, true)?;
+            logits.push(z.clone());
+            energies.push(eg.energy);
+            // z <- z - a dE/dz
+            z = (&z - eg.grad.expect("asked for the gradient").broadcast_mul(&a)?)?.detach();
+        }
+        energies.push(self.energy_grad(ctx, &z, false)?.energy);
+        logits.push(z);
+        Ok(Thought { logits, energies })
+    }
+
+    /// The training loss: the mean over the S thinking steps of the
+    /// cross-entropy of softmax(z(s+1)) against the next characters. As in
+    /// the reference, z is detached between steps, so each step's loss
+    /// differentiates through that step's input gradient only.
+    pub fn train_loss(&self, ids: &Tensor, targets: &Tensor, z0: &Tensor, steps: usize) -> crate::Result<Tensor> {
+        let ctx = self.context(ids)?;
+        let a = self.step_size()?;
+        let mut z = z0.clone();
+        let mut total: Option<Tensor> = None;
+        for _ in 0..steps {
+            let grad = self.energy_grad(&ctx, &z, true)?.grad.expect("asked for the gradient");
+            let next = (&z - grad.broadcast_mul(&a)?)?;
+            let ce = crate::model::cross_entropy(&next, targets)?;
+            total = Some(match total {
+                Some(t) => (t + ce)?,
+                None => ce,
+            });
+            z = next.detach();
+        }
+        let total = total.ok_or_else(|| Error::Config("EBT training needs at least one thinking step".into()))?;
+        Ok((total / steps as f64)?)
+    }
+
+    /// Self-verification: thinks `samples` candidates from independent noise
+    /// for `steps` steps and keeps, per position, the one whose final energy
+    /// is lowest. Returns its logits (B, n, V) and energy (B, n).
+    pub fn predict(&self, ids: &Tensor, steps: usize, samples: usize, rng: &mut Rng64) -> crate::Result<(Tensor, Tensor)> {
+        let (b, n) = ids.dims2()?;
+        let ctx = self.context(ids)?;
+        let mut best: Option<(Tensor, Tensor)> = None;
+        for _ in 0..samples.max(1) {
+            let z0 = self.initial_logits(b, n, rng)?;
+            let th = self.think(&ctx, &z0, steps, 1.0)?;
+            let (z, e) = (th.logits[steps].clone(), th.energies[steps].clone());
+            best = Some(match best {
+                None => (z, e),
+                Some((bz, be)) => {
+                    // per position: the lower energy wins
+                    let take = e.lt(&be)?;
+                    let z = take.unsqueeze(D::Minus1)?.broadcast_as(z.shape())?.where_cond(&z, &bz)?;
+                    (z, take.where_cond(&e, &be)?)
+                }
+            });
+        }
+        Ok(best.expect("at least one sample"))
+    }
+
+    /// z(0) ~ N(0, 1) of shape (B, n, V), deterministic in `rng`.
+    pub fn initial_logits(&self, b: usize, n: usize, rng: &mut Rng64) -> Result<Tensor> {
+        let v = self.cfg.vocab_size;
+        let data: Vec<f32> = (0..b * n * v).map(|_| rng.normal() as f32).collect();
+        Tensor::from_vec(data, (b, n, v), self.device())?.to_dtype(self.dtype())
+    }
+}
+
+/// `dE/dp_in` of one prediction-stream layer from `delta` = dE/dp_out.
+fn predict_layer_vjp(layer: &GptLayer, keys: &Tensor, values: &Tensor, s: &Saved, delta: &Tensor) -> Result<Tensor> {
+    // MLP branch: p2 = p1 + W2 s(W1 N2(p1) + b1) + b2
+    let dh1 = (linear(delta, &layer.w2.t()?, None)? * &s.ds)?;
+    let d1 = (delta + norm_vjp(layer.norm, &s.n2, &layer.ln2, &linear(&dh1, &layer.w1.t()?, None)?)?)?;
+    // attention branch: p1 = p + Wo att, att = P_real V + P_self v_self
+    let da = split_heads(&linear(&d1, &layer.wo.t()?, None)?, layer.n_head)?;
+    let dv_self = s.p_self.broadcast_mul(&da)?;
+    let dp_real = da.matmul(&values.t()?)?;
+    let dp_self = (&da * &s.v_self)?.sum_keepdim(D::Minus1)?;
+    // softmax VJP over the real keys and the self key together
+    let dot = ((&s.p_real * &dp_real)?.sum_keepdim(D::Minus1)? + (&s.p_self * &dp_self)?)?;
+    let ds_real = (&s.p_real * dp_real.broadcast_sub(&dot)?)?;
+    let ds_self = (&s.p_self * (dp_self - &dot)?)?;
+    let scale = 1.0 / (s.q.dim(3)? as f64).sqrt();
+    let dq = ((ds_real.matmul(keys)? + ds_self.broadcast_mul(&s.k_self)?)? * scale)?;
+    let dk_self = (ds_self.broadcast_mul(&s.q)? * scale)?;
+    let du = (linear(&merge_heads(&dq)?, &layer.wq.t()?, None)?
+        + linear(&merge_heads(&dk_self)?, &layer.wk.t()?, None)?
+        + linear(&merge_heads(&dv_self)?, &layer.wv.t()?, None)?)?;
+    d1 + norm_vjp(layer.norm, &s.n1, &layer.ln1, &du)?
+}

@@ -24,9 +24,7 @@ use crate::ops::{activation, causal_masks, merge_heads, softmax_lse, split_heads
 use crate::rng::Rng64;
 use crate::{Error, ModelConfig};
 
-/// The floor of the thinking step (the reference clamps its step size at
-/// 1e-4; a floor added to e^{log a} keeps the same bound and a smooth gradient,
-/// where candle's `maximum` backward gave the wrong sign).
+/// The smallest thinking step (the reference clamps its step size there).
 pub const MIN_STEP: f64 = 1e-4;
 
 pub struct Ebt {
@@ -130,9 +128,9 @@ impl Ebt {
         self.tok_emb.device()
     }
 
-    /// The thinking step `a = e^{log a} + 1e-4`, shape (1).
+    /// The thinking step `a = max(e^{log a}, 1e-4)`, shape (1).
     pub fn step_size(&self) -> Result<Tensor> {
-        self.log_a.exp()? + MIN_STEP
+        self.log_a.exp()?.maximum(MIN_STEP)
     }
 
     /// Runs the real stream over `ids` (B, n) u32 and keeps what predictions read.

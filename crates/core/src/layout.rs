@@ -76,7 +76,7 @@ pub struct GptIdx {
 pub struct EbtIdx {
     /// The energy network's pre-norm layers (same parameters as a GPT layer).
     pub layers: Vec<GptIdx>,
-    /// The thinking step size `a = exp(log_a) + 1e-4`.
+    /// The thinking step size `a = max(exp(log_a), 1e-4)`.
     pub log_a: usize,
 }
 

@@ -8,24 +8,28 @@ use nrgpt_core::rng::Rng64;
 use nrgpt_core::{ForwardOpts, Model};
 
 use crate::data::{all_windows, random_batch};
+use crate::net::{Net, Thinking};
+
+/// The noise stream of an EBT's evaluation candidates (fixed, so estimates are comparable).
+const STREAM_EBT_EVAL: u64 = 0xEB7_E7A1;
 
 /// Mean loss over `iters` random batches drawn from a fixed stream `seed`.
-pub fn estimate_loss(model: &Model, data: &[u32], batch: usize, iters: usize, seed: u64) -> Result<f64> {
-    let block = model.cfg.block_size;
+pub fn estimate_loss(model: &Net, data: &[u32], batch: usize, iters: usize, seed: u64) -> Result<f64> {
+    let block = model.cfg().block_size;
     let mut total = 0.0;
     for i in 0..iters {
         let mut rng = Rng64::derive(seed, i as u64);
         let (x, y) = random_batch(data, batch, block, &mut rng, model.device())?;
-        let logits = model.forward(&x, ForwardOpts::default())?.logits;
+        let logits = model.logits(&x, Thinking::default(), STREAM_EBT_EVAL ^ i as u64)?;
         total += cross_entropy(&logits, &y)?.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
     }
     Ok(total / iters as f64)
 }
 
 /// Loss over every non-overlapping block-sized window of `data` (nats/char),
-/// with `steps` recursion steps if given. Calls `progress(done, total)`.
-pub fn full_loss(model: &Model, data: &[u32], batch: usize, steps: Option<usize>, progress: &mut dyn FnMut(usize, usize)) -> Result<f64> {
-    let block = model.cfg.block_size;
+/// with `think.steps` recursion (or thinking) steps if given. Calls `progress(done, total)`.
+pub fn full_loss(model: &Net, data: &[u32], batch: usize, think: Thinking, progress: &mut dyn FnMut(usize, usize)) -> Result<f64> {
+    let block = model.cfg().block_size;
     let windows = all_windows(data, block);
     let mut total = 0.0;
     for (done, chunk) in windows.chunks(batch).enumerate() {
@@ -33,7 +37,7 @@ pub fn full_loss(model: &Model, data: &[u32], batch: usize, steps: Option<usize>
         let y: Vec<u32> = chunk.iter().flat_map(|(_, y)| y.iter().copied()).collect();
         let x = Tensor::from_vec(x, (chunk.len(), block), &Device::Cpu)?;
         let y = Tensor::from_vec(y, (chunk.len(), block), &Device::Cpu)?;
-        let logits = model.forward(&x, ForwardOpts { steps, ..Default::default() })?.logits;
+        let logits = model.logits(&x, think, STREAM_EBT_EVAL ^ done as u64)?;
         let l = cross_entropy(&logits, &y)?.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
         total += l * chunk.len() as f64;
         progress((done + 1) * batch.min(chunk.len()), windows.len());

@@ -5,6 +5,7 @@ pub mod data;
 pub mod eval;
 pub mod export;
 pub mod fast;
+pub mod net;
 pub mod optim;
 pub mod train;
 pub mod vocab_file;

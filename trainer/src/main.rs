@@ -14,6 +14,7 @@ use nrgpt_core::{Activation, Arch, Checkpoint, EtaKind, ModelConfig, NormKind, V
 use serde::Serialize;
 use trainer::data::Corpus;
 use trainer::eval::{full_loss, monotone_fraction};
+use trainer::net::{Net, Thinking};
 use trainer::export::export;
 use trainer::fast::TrainBackend;
 use trainer::train::{run, RunPaths, Start, TrainSettings, TrainState};
@@ -61,7 +62,7 @@ enum Cmd {
 
 #[derive(Args)]
 struct TrainArgs {
-    /// nrgpt-ff2w | nrgpt-ff1 | gpt | gpt-rec
+    /// nrgpt-ff2w | nrgpt-ff1 | gpt | gpt-rec | ebt
     #[arg(long, default_value = "nrgpt-ff2w")]
     model: Arch,
     #[arg(long, default_value_t = 128)]
@@ -71,9 +72,12 @@ struct TrainArgs {
     /// Query/key width per head (default d_model / heads).
     #[arg(long)]
     head_dim: Option<usize>,
-    /// Recursion steps T (NRGPT, gpt-rec) or layers (gpt).
+    /// Recursion steps T (NRGPT, gpt-rec), layers (gpt) or thinking steps (ebt).
     #[arg(long, default_value_t = 4)]
     steps: usize,
+    /// Layers of EBT's energy network.
+    #[arg(long, default_value_t = 2)]
+    layers: usize,
     #[arg(long, default_value_t = 64)]
     block: usize,
     #[arg(long, default_value_t = 32)]
@@ -153,6 +157,9 @@ struct EvalArgs {
     /// Only the first N characters of the split (default: all of it).
     #[arg(long)]
     max_chars: Option<usize>,
+    /// EBT: candidates thought per character, the lowest final energy kept (self-verification).
+    #[arg(long, default_value_t = 1)]
+    samples: usize,
 }
 
 #[derive(Args)]
@@ -247,6 +254,7 @@ fn train(a: TrainArgs, json: bool) -> Result<()> {
     cfg.norm = a.norm;
     cfg.eta = a.eta;
     cfg.activation = a.activation;
+    cfg.layers = a.layers;
     let settings = TrainSettings {
         batch: a.batch,
         iters: a.iters.unwrap_or(2000),
@@ -345,11 +353,12 @@ struct VocabReport {
 fn eval(a: EvalArgs, json: bool) -> Result<()> {
     let ck = load_ckpt(&a.on.ckpt)?;
     let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
-    let model = ck.model()?;
+    let net = Net::new(&ck.config, &ck.weights)?;
     let split = if a.split == "train" { &corpus.train } else { &corpus.val };
     let split = &split[..a.max_chars.unwrap_or(usize::MAX).min(split.len())];
     let pb = indicatif::ProgressBar::new(0);
-    let loss = full_loss(&model, split, a.batch, a.on.steps, &mut |done, total| {
+    let think = Thinking { steps: a.on.steps, samples: a.samples };
+    let loss = full_loss(&net, split, a.batch, think, &mut |done, total| {
         pb.set_length(total as u64);
         pb.set_position(done as u64);
     })?;

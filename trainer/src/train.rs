@@ -9,14 +9,15 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Var};
 use indicatif::{ProgressBar, ProgressStyle};
-use nrgpt_core::model::{cross_entropy, init_weights, num_params, Dropout, Weights};
+use nrgpt_core::model::{init_weights, num_params, Dropout, Weights};
 use nrgpt_core::rng::Rng64;
-use nrgpt_core::{Checkpoint, ForwardOpts, Model, ModelConfig, Vocab};
+use nrgpt_core::{Arch, Checkpoint, ModelConfig, Vocab};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{random_batch, random_batch_ids, Corpus};
 use crate::eval::estimate_loss;
 use crate::fast::{self, FastModel, TrainBackend};
+use crate::net::Net;
 use crate::optim::{clip_factor, lr_at, CandleAdamW};
 
 /// Everything that defines a run besides the model config; saved in the
@@ -61,6 +62,8 @@ impl RunPaths {
 const CSV_HEADER: &str = "iter,lr,loss,grad_norm,train_loss,val_loss,tok_per_s,elapsed_s";
 const STREAM_DROPOUT: u64 = 0xD50;
 const STREAM_EVAL: u64 = 0xE7A1;
+/// The noise an EBT starts its training candidates from.
+const STREAM_EBT: u64 = 0xEB7;
 
 /// Writes `bytes` to `path` via a temp file and a rename, so a crash leaves
 /// either the old file or the new one, never half of one.
@@ -86,22 +89,24 @@ fn save(paths: &RunPaths, cfg: &ModelConfig, vocab: &Vocab, learner: &Learner, s
 /// fast backend's hand-written backward on flat f32 buffers. Both save the
 /// same checkpoint (parameter names, `opt.m.*` / `opt.v.*` moments).
 enum Learner {
-    Candle { vars: Vec<(String, Var)>, model: Model, opt: CandleAdamW },
+    Candle { vars: Vec<(String, Var)>, net: Net, opt: CandleAdamW },
     Fast { model: Box<FastModel>, opt: fast::adamw::FastAdamW },
 }
 
 impl Learner {
     fn new(cfg: &ModelConfig, weights: &Weights, s: &TrainSettings, backend: TrainBackend) -> Result<Self> {
-        let use_fast = backend == TrainBackend::Fast;
-        if use_fast {
+        if backend == TrainBackend::Fast && cfg.arch == Arch::Ebt {
+            eprintln!("EBT has no fast backend yet: it trains on candle's autograd");
+        }
+        if backend == TrainBackend::Fast && cfg.arch != Arch::Ebt {
             let model = FastModel::new(cfg, weights, s.batch, fast::num_threads())?;
             let opt = fast::adamw::FastAdamW::new(&model.lay, s.weight_decay);
             return Ok(Learner::Fast { model: Box::new(model), opt });
         }
         let vars: Vec<(String, Var)> = weights.iter().map(|(n, t)| Ok((n.clone(), Var::from_tensor(t)?))).collect::<Result<_>>()?;
-        let model = Model::new(cfg, &vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect())?;
+        let net = Net::new(cfg, &vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect())?;
         let opt = CandleAdamW::new(vars.clone(), s.weight_decay)?;
-        Ok(Learner::Candle { vars, model, opt })
+        Ok(Learner::Candle { vars, net, opt })
     }
 
     fn name(&self) -> &'static str {
@@ -139,10 +144,9 @@ impl Learner {
         let mut rng = Rng64::derive(s.seed, iter as u64);
         let mut drop = Dropout { p: s.dropout, rng: Rng64::derive(s.seed ^ STREAM_DROPOUT, iter as u64) };
         match self {
-            Learner::Candle { model, opt, .. } => {
+            Learner::Candle { net, opt, .. } => {
                 let (x, y) = random_batch(&corpus.train, s.batch, cfg.block_size, &mut rng, &dev)?;
-                let logits = model.forward(&x, ForwardOpts { dropout: Some(&mut drop), ..Default::default() })?.logits;
-                let loss = cross_entropy(&logits, &y)?;
+                let loss = net.train_loss(&x, &y, &mut drop, Rng64::derive(s.seed ^ STREAM_EBT, iter as u64).next_u64())?;
                 let grads = loss.backward()?;
                 let (gnorm, clip) = opt.clip_factor(&grads, s.grad_clip)?;
                 opt.step(&grads, lr, clip)?;
@@ -258,7 +262,7 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
     let (mut last_train, mut last_val) = (f64::NAN, f64::NAN);
     for iter in start..=s.iters {
         if iter % s.eval_every == 0 || iter == s.iters {
-            let m = Model::new(&cfg, &learner.weights()?)?;
+            let m = Net::new(&cfg, &learner.weights()?)?;
             last_train = estimate_loss(&m, &corpus.train, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
             last_val = estimate_loss(&m, &corpus.val, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
             writeln!(log, "{iter},,,,{last_train},{last_val},,{:.3}", t0.elapsed().as_secs_f64())?;

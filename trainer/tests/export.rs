@@ -9,6 +9,7 @@ use candle_core::{DType, Device};
 use nrgpt_core::Checkpoint;
 use trainer::data::Corpus;
 use trainer::eval::full_loss;
+use trainer::net::{Net, Thinking};
 
 fn root(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
@@ -31,7 +32,7 @@ const TINY: &[&str] = &[
 /// below (down to 0.002 nats) are far above the arithmetic's own error.
 fn val_loss(ckpt: &Path, corpus: &Corpus) -> f64 {
     let ck = Checkpoint::from_bytes(&std::fs::read(ckpt).unwrap(), DType::F64, &Device::Cpu).unwrap();
-    full_loss(&ck.model().unwrap(), &corpus.val, 64, None, &mut |_, _| {}).unwrap()
+    full_loss(&Net::new(&ck.config, &ck.weights).unwrap(), &corpus.val, 64, Thinking::default(), &mut |_, _| {}).unwrap()
 }
 
 #[test]

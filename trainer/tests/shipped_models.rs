@@ -10,6 +10,7 @@ use nrgpt_core::Checkpoint;
 use serde::Deserialize;
 use trainer::data::Corpus;
 use trainer::eval::full_loss;
+use trainer::net::{Net, Thinking};
 
 #[derive(Deserialize)]
 struct Entry {
@@ -47,7 +48,8 @@ fn manifest_entries_are_the_trained_models_they_claim() {
         // 16k characters: the start of the split is a little easier or harder
         // than the whole, never by 0.15 nats on these models
         let part = &corpus.val[..16_384];
-        let loss = full_loss(&ck.model().unwrap(), part, 32, None, &mut |_, _| {}).unwrap();
+        let net = Net::new(&ck.config, &ck.weights).unwrap();
+        let loss = full_loss(&net, part, 32, Thinking::default(), &mut |_, _| {}).unwrap();
         assert!((loss - m.val_loss).abs() < 0.15, "{}: loss {loss:.4} on 16k val chars vs {:.4} recorded", m.name, m.val_loss);
         assert!(loss < 2.5, "{}: an untrained model scores ~4.2; got {loss:.4}", m.name);
     }

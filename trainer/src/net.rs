@@ -1,0 +1,72 @@
+//! What the candle paths train and evaluate: a language model whose forward
+//! gives the logits (NRGPT, GPT), or an EBT that thinks its way to them.
+
+use anyhow::{bail, Result};
+use candle_core::{Device, Tensor};
+use nrgpt_core::ebt::Ebt;
+use nrgpt_core::model::{cross_entropy, Dropout, Weights};
+use nrgpt_core::rng::Rng64;
+use nrgpt_core::{Arch, ForwardOpts, Model, ModelConfig};
+
+pub enum Net {
+    Lm(Model),
+    Ebt(Ebt),
+}
+
+/// How an EBT predicts when evaluated: thinking steps (default: as trained)
+/// and candidates kept by lowest energy.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Thinking {
+    pub steps: Option<usize>,
+    pub samples: usize,
+}
+
+impl Net {
+    pub fn new(cfg: &ModelConfig, w: &Weights) -> Result<Self> {
+        Ok(if cfg.arch == Arch::Ebt { Net::Ebt(Ebt::new(cfg, w)?) } else { Net::Lm(Model::new(cfg, w)?) })
+    }
+
+    pub fn cfg(&self) -> &ModelConfig {
+        match self {
+            Net::Lm(m) => &m.cfg,
+            Net::Ebt(e) => &e.cfg,
+        }
+    }
+
+    pub fn device(&self) -> &Device {
+        match self {
+            Net::Lm(m) => m.device(),
+            Net::Ebt(e) => e.device(),
+        }
+    }
+
+    /// Next-character logits (B, n, V) for `ids`: the forward with `think.steps`
+    /// recursion steps, or an EBT's best of `think.samples` thoughts from noise drawn from `seed`.
+    pub fn logits(&self, ids: &Tensor, think: Thinking, seed: u64) -> Result<Tensor> {
+        Ok(match self {
+            Net::Lm(m) => m.forward(ids, ForwardOpts { steps: think.steps, ..Default::default() })?.logits,
+            Net::Ebt(e) => {
+                let steps = think.steps.unwrap_or(e.cfg.steps);
+                e.predict(ids, steps, think.samples.max(1), &mut Rng64::new(seed))?.0
+            }
+        })
+    }
+
+    /// The training loss of one batch; an EBT starts its candidates from noise drawn from `seed`.
+    pub fn train_loss(&self, x: &Tensor, y: &Tensor, dropout: &mut Dropout, seed: u64) -> Result<Tensor> {
+        match self {
+            Net::Lm(m) => {
+                let logits = m.forward(x, ForwardOpts { dropout: Some(dropout), ..Default::default() })?.logits;
+                Ok(cross_entropy(&logits, y)?)
+            }
+            Net::Ebt(e) => {
+                if dropout.p > 0.0 {
+                    bail!("dropout is not implemented for EBT: train it with --dropout 0");
+                }
+                let (b, n) = x.dims2()?;
+                let z0 = e.initial_logits(b, n, &mut Rng64::new(seed))?;
+                Ok(e.train_loss(x, y, &z0, e.cfg.steps)?)
+            }
+        }
+    }
+}

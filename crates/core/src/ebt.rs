@@ -18,7 +18,7 @@ use candle_core::{DType, Device, Result, Tensor, D};
 use crate::gpt::GptLayer;
 use crate::layout::{Body, WeightLayout};
 use crate::linear::linear;
-use crate::model::Weights;
+use crate::model::{check_weights, Ends, Weights};
 use crate::norm::{norm, norm_vjp, Normed};
 use crate::ops::{activation, causal_masks, merge_heads, softmax_lse, split_heads};
 use crate::rng::Rng64;
@@ -29,12 +29,8 @@ pub const MIN_STEP: f64 = 1e-4;
 
 pub struct Ebt {
     pub cfg: ModelConfig,
-    tok_emb: Tensor,
-    pos_emb: Tensor,
-    out_gamma: Tensor,
-    /// (1, D) and (1): the energy head.
-    head_w: Tensor,
-    head_b: Tensor,
+    /// Its head is the energy head: (1, D) and (1).
+    ends: Ends,
     log_a: Tensor,
     layers: Vec<GptLayer>,
 }
@@ -81,51 +77,23 @@ impl Ebt {
         let Body::Ebt(ix) = &lay.body else {
             return Err(Error::Config(format!("`{}` is not an EBT", cfg.arch.name())));
         };
-        for spec in &lay.specs {
-            let t = w.get(&spec.name).ok_or_else(|| Error::MissingWeight(spec.name.clone()))?;
-            if t.dims() != spec.shape.as_slice() {
-                return Err(Error::WeightShape { name: spec.name.clone(), got: t.dims().to_vec(), want: spec.shape.clone() });
-            }
-        }
+        check_weights(&lay, w)?;
         let get = |i: usize| w[lay.name(i)].clone();
-        let layers = ix
-            .layers
-            .iter()
-            .map(|l| GptLayer {
-                norm: cfg.norm,
-                eps: cfg.eps,
-                n_head: cfg.n_head,
-                ln1: get(l.ln1),
-                wq: get(l.wq),
-                wk: get(l.wk),
-                wv: get(l.wv),
-                wo: get(l.wo),
-                ln2: get(l.ln2),
-                w1: get(l.w1),
-                b1: get(l.b1),
-                w2: get(l.w2),
-                b2: get(l.b2),
-                act: cfg.activation,
-            })
-            .collect();
+        let layers = ix.layers.iter().map(|l| GptLayer::from_layout(cfg, l, get)).collect();
         Ok(Self {
             cfg: cfg.clone(),
-            tok_emb: get(lay.tok),
-            pos_emb: get(lay.pos),
-            out_gamma: get(lay.out_gamma),
-            head_w: get(lay.head_w),
-            head_b: get(lay.head_b),
+            ends: Ends::from_layout(&lay, get),
             log_a: get(ix.log_a),
             layers,
         })
     }
 
     pub fn dtype(&self) -> DType {
-        self.tok_emb.dtype()
+        self.ends.tok_emb.dtype()
     }
 
     pub fn device(&self) -> &Device {
-        self.tok_emb.device()
+        self.ends.tok_emb.device()
     }
 
     /// The thinking step `a = max(e^{log a}, 1e-4)`, shape (1).
@@ -135,13 +103,9 @@ impl Ebt {
 
     /// Runs the real stream over `ids` (B, n) u32 and keeps what predictions read.
     pub fn context(&self, ids: &Tensor) -> crate::Result<Context> {
-        let (b, n) = ids.dims2()?;
-        if n > self.cfg.block_size {
-            return Err(Error::Config(format!("sequence of {n} exceeds the block size {}", self.cfg.block_size)));
-        }
-        let pos = self.pos_emb.narrow(0, 0, n)?;
-        let tok = self.tok_emb.index_select(&ids.flatten_all()?, 0)?.reshape((b, n, self.cfg.d_model))?;
-        let mut x = tok.broadcast_add(&pos)?;
+        let n = ids.dim(1)?;
+        let mut x = self.ends.embed(ids)?;
+        let pos = self.ends.pos_emb.narrow(0, 0, n)?;
         let (mut keys, mut values) = (Vec::new(), Vec::new());
         for layer in &self.layers {
             let h = norm(layer.norm, &x, &layer.ln1, layer.eps)?.g;
@@ -158,25 +122,25 @@ impl Ebt {
     pub fn energy_grad(&self, ctx: &Context, z: &Tensor, want_grad: bool) -> Result<EnergyGrad> {
         // e = softmax(z)^T Emb, placed at the position it predicts from
         let (y, _) = softmax_lse(z)?;
-        let mut p = linear(&y, &self.tok_emb.t()?, None)?.broadcast_add(&ctx.pos)?;
+        let mut p = linear(&y, &self.ends.tok_emb.t()?, None)?.broadcast_add(&ctx.pos)?;
         let mut saved = Vec::with_capacity(self.layers.len());
         for (l, layer) in self.layers.iter().enumerate() {
             let (next, s) = self.predict_layer(layer, &ctx.keys[l], &ctx.values[l], &ctx.mask, &p)?;
             p = next;
             saved.push(s);
         }
-        let no = norm(self.cfg.norm, &p, &self.out_gamma, self.cfg.eps)?;
+        let no = norm(self.cfg.norm, &p, &self.ends.out_gamma, self.cfg.eps)?;
         // E = w_E . N_out(p) + b_E
-        let energy = linear(&no.g, &self.head_w, Some(&self.head_b))?.squeeze(D::Minus1)?;
+        let energy = linear(&no.g, &self.ends.head_w, Some(&self.ends.head_b))?.squeeze(D::Minus1)?;
         if !want_grad {
             return Ok(EnergyGrad { energy, grad: None });
         }
-        let mut delta = norm_vjp(self.cfg.norm, &no, &self.out_gamma, &self.head_w.squeeze(0)?.broadcast_as(p.shape())?)?;
+        let mut delta = norm_vjp(self.cfg.norm, &no, &self.ends.out_gamma, &self.ends.head_w.squeeze(0)?.broadcast_as(p.shape())?)?;
         for (l, layer) in self.layers.iter().enumerate().rev() {
             delta = predict_layer_vjp(layer, &ctx.keys[l], &ctx.values[l], &saved[l], &delta)?;
         }
         // dE/dz = (diag(y) - y y^T) Emb dE/de
-        let g = linear(&delta, &self.tok_emb, None)?;
+        let g = linear(&delta, &self.ends.tok_emb, None)?;
         let grad = (&y * g.broadcast_sub(&(&y * &g)?.sum_keepdim(D::Minus1)?)?)?;
         Ok(EnergyGrad { energy, grad: Some(grad) })
     }

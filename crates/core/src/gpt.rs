@@ -3,10 +3,11 @@
 
 use candle_core::{Result, Tensor};
 
-use crate::ops::{activation, causal_masks, merge_heads, softmax_lse, split_heads};
+use crate::layout::GptIdx;
 use crate::linear::linear;
 use crate::norm::norm;
-use crate::{Activation, NormKind};
+use crate::ops::{activation, causal_masks, merge_heads, softmax_lse, split_heads};
+use crate::{Activation, ModelConfig, NormKind};
 
 pub struct GptLayer {
     pub norm: NormKind,
@@ -26,6 +27,26 @@ pub struct GptLayer {
 }
 
 impl GptLayer {
+    /// The layer at `ix`, its tensors taken by layout index from `get`.
+    pub fn from_layout(cfg: &ModelConfig, ix: &GptIdx, get: impl Fn(usize) -> Tensor) -> Self {
+        Self {
+            norm: cfg.norm,
+            eps: cfg.eps,
+            n_head: cfg.n_head,
+            ln1: get(ix.ln1),
+            wq: get(ix.wq),
+            wk: get(ix.wk),
+            wv: get(ix.wv),
+            wo: get(ix.wo),
+            ln2: get(ix.ln2),
+            w1: get(ix.w1),
+            b1: get(ix.b1),
+            w2: get(ix.w2),
+            b2: get(ix.b2),
+            act: cfg.activation,
+        }
+    }
+
     /// Causal self-attention (keys B <= A), softmax(q k^T / sqrt(dh)) v, then Wo.
     fn attention(&self, h: &Tensor) -> Result<Tensor> {
         let n = h.dim(1)?;

@@ -18,6 +18,17 @@ use crate::{Arch, Error, ModelConfig, Result};
 /// Parameters by name, in a stable order.
 pub type Weights = BTreeMap<String, Tensor>;
 
+/// Every parameter of `lay` is in `w` with its shape.
+pub fn check_weights(lay: &WeightLayout, w: &Weights) -> Result<()> {
+    for ParamSpec { name, shape, .. } in &lay.specs {
+        let t = w.get(name).ok_or_else(|| Error::MissingWeight(name.clone()))?;
+        if t.dims() != shape.as_slice() {
+            return Err(Error::WeightShape { name: name.clone(), got: t.dims().to_vec(), want: shape.clone() });
+        }
+    }
+    Ok(())
+}
+
 /// Fresh weights for `cfg`, deterministic in `seed`.
 pub fn init_weights(cfg: &ModelConfig, seed: u64, dtype: DType, dev: &Device) -> Result<Weights> {
     cfg.validate()?;
@@ -81,13 +92,37 @@ enum ModelBody {
     Gpt(Vec<GptLayer>),
 }
 
+/// What every model has around its body: the embeddings, and a head on the
+/// normalised output (V logits; one energy for EBT).
+pub struct Ends {
+    pub tok_emb: Tensor,
+    pub pos_emb: Tensor,
+    pub out_gamma: Tensor,
+    pub head_w: Tensor,
+    pub head_b: Tensor,
+}
+
+impl Ends {
+    pub fn from_layout(lay: &WeightLayout, get: impl Fn(usize) -> Tensor) -> Self {
+        Self { tok_emb: get(lay.tok), pos_emb: get(lay.pos), out_gamma: get(lay.out_gamma), head_w: get(lay.head_w), head_b: get(lay.head_b) }
+    }
+
+    /// Token embedding + position embedding of `ids` (B, n): (B, n, D).
+    pub fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        let (b, n) = ids.dims2()?;
+        let block = self.pos_emb.dim(0)?;
+        if n > block {
+            return Err(Error::Config(format!("sequence of {n} exceeds the block size {block}")));
+        }
+        let d = self.tok_emb.dim(1)?;
+        let tok = self.tok_emb.index_select(&ids.flatten_all()?, 0)?.reshape((b, n, d))?;
+        Ok(tok.broadcast_add(&self.pos_emb.narrow(0, 0, n)?)?)
+    }
+}
+
 pub struct Model {
     pub cfg: ModelConfig,
-    tok_emb: Tensor,
-    pos_emb: Tensor,
-    out_gamma: Tensor,
-    head_w: Tensor,
-    head_b: Tensor,
+    ends: Ends,
     body: ModelBody,
 }
 
@@ -96,12 +131,7 @@ impl Model {
     pub fn new(cfg: &ModelConfig, w: &Weights) -> Result<Self> {
         cfg.validate()?;
         let lay = WeightLayout::new(cfg);
-        for ParamSpec { name, shape, .. } in &lay.specs {
-            let t = w.get(name).ok_or_else(|| Error::MissingWeight(name.clone()))?;
-            if t.dims() != shape.as_slice() {
-                return Err(Error::WeightShape { name: name.clone(), got: t.dims().to_vec(), want: shape.clone() });
-            }
-        }
+        check_weights(&lay, w)?;
         let get = |i: usize| w[lay.name(i)].clone();
         let body = match &lay.body {
             Body::Nrgpt(ix) => {
@@ -125,48 +155,24 @@ impl Model {
                     act: cfg.activation,
                 })
             }
-            Body::Gpt(layers) => ModelBody::Gpt(
-                layers
-                    .iter()
-                    .map(|ix| GptLayer {
-                        norm: cfg.norm,
-                        eps: cfg.eps,
-                        n_head: cfg.n_head,
-                        ln1: get(ix.ln1),
-                        wq: get(ix.wq),
-                        wk: get(ix.wk),
-                        wv: get(ix.wv),
-                        wo: get(ix.wo),
-                        ln2: get(ix.ln2),
-                        w1: get(ix.w1),
-                        b1: get(ix.b1),
-                        w2: get(ix.w2),
-                        b2: get(ix.b2),
-                        act: cfg.activation,
-                    })
-                    .collect(),
-            ),
+            Body::Gpt(layers) => ModelBody::Gpt(layers.iter().map(|ix| GptLayer::from_layout(cfg, ix, get)).collect()),
             Body::Ebt(_) => {
                 return Err(Error::Config("an EBT predicts by thinking: load it with `ebt::Ebt::new`, not `Model::new`".into()))
             }
         };
         Ok(Self {
             cfg: cfg.clone(),
-            tok_emb: get(lay.tok),
-            pos_emb: get(lay.pos),
-            out_gamma: get(lay.out_gamma),
-            head_w: get(lay.head_w),
-            head_b: get(lay.head_b),
+            ends: Ends::from_layout(&lay, get),
             body,
         })
     }
 
     pub fn dtype(&self) -> DType {
-        self.tok_emb.dtype()
+        self.ends.tok_emb.dtype()
     }
 
     pub fn device(&self) -> &Device {
-        self.tok_emb.device()
+        self.ends.tok_emb.device()
     }
 
     pub fn nrgpt_block(&self) -> Option<&NrgptBlock> {
@@ -178,18 +184,13 @@ impl Model {
 
     /// x(0) = token embedding + position embedding, (B, n, D).
     pub fn embed(&self, ids: &Tensor) -> Result<Tensor> {
-        let (b, n) = ids.dims2()?;
-        if n > self.cfg.block_size {
-            return Err(Error::Config(format!("sequence of {n} exceeds the block size {}", self.cfg.block_size)));
-        }
-        let tok = self.tok_emb.index_select(&ids.flatten_all()?, 0)?.reshape((b, n, self.cfg.d_model))?;
-        Ok(tok.broadcast_add(&self.pos_emb.narrow(0, 0, n)?)?)
+        self.ends.embed(ids)
     }
 
     /// logits = W_out N_out(x) + b
     pub fn readout(&self, x: &Tensor) -> Result<Tensor> {
-        let g = norm(self.cfg.norm, x, &self.out_gamma, self.cfg.eps)?.g;
-        Ok(linear(&g, &self.head_w, Some(&self.head_b))?)
+        let g = norm(self.cfg.norm, x, &self.ends.out_gamma, self.cfg.eps)?.g;
+        Ok(linear(&g, &self.ends.head_w, Some(&self.ends.head_b))?)
     }
 
     /// ids: (B, n) u32 token ids.

@@ -17,7 +17,7 @@ use safetensors::{Dtype, SafeTensors, View};
 use super::codec::{dequantize, packed_lens, quantize, unpack, Codes, Scheme, BLOCK};
 use super::header::{meta_field, model_meta, open, read_model_meta, Metadata, FORMAT_F32, FORMAT_KEY, FORMAT_QUANT};
 use crate::layout::{ParamSpec, WeightLayout};
-use crate::model::Weights;
+use crate::model::{check_weights, Weights};
 use crate::{Error, ModelConfig, Result, Vocab};
 
 /// A parameter as the GPU engine would upload it.
@@ -56,14 +56,11 @@ impl PackedCheckpoint {
     pub fn pack(config: &ModelConfig, vocab: &Vocab, weights: &Weights, scheme: Scheme) -> Result<Self> {
         config.validate()?;
         let layout = WeightLayout::new(config);
+        check_weights(&layout, weights)?;
         let mut tensors = Vec::with_capacity(layout.specs.len());
         for spec in &layout.specs {
             let ParamSpec { name, shape, .. } = spec;
-            let t = weights.get(name).ok_or_else(|| Error::MissingWeight(name.clone()))?;
-            if t.dims() != shape.as_slice() {
-                return Err(Error::WeightShape { name: name.clone(), got: t.dims().to_vec(), want: shape.clone() });
-            }
-            let data: Vec<f32> = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+            let data: Vec<f32> = weights[name].to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
             if data.iter().any(|x| !x.is_finite()) {
                 return Err(Error::Checkpoint(format!("weight `{name}` has non-finite values")));
             }

@@ -78,6 +78,9 @@ struct TrainArgs {
     /// Layers of EBT's energy network.
     #[arg(long, default_value_t = 2)]
     layers: usize,
+    /// Std of EBT's initial candidate logits (0: think from the uniform distribution).
+    #[arg(long, default_value_t = 1.0)]
+    ebt_noise: f64,
     #[arg(long, default_value_t = 64)]
     block: usize,
     #[arg(long, default_value_t = 32)]
@@ -255,6 +258,7 @@ fn train(a: TrainArgs, json: bool) -> Result<()> {
     cfg.eta = a.eta;
     cfg.activation = a.activation;
     cfg.layers = a.layers;
+    cfg.ebt_noise = a.ebt_noise;
     let settings = TrainSettings {
         batch: a.batch,
         iters: a.iters.unwrap_or(2000),

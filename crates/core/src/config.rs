@@ -91,6 +91,10 @@ fn one() -> usize {
     1
 }
 
+fn one_f64() -> f64 {
+    1.0
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
     pub arch: Arch,
@@ -104,6 +108,9 @@ pub struct ModelConfig {
     /// Layers of EBT's energy network (the other models ignore it).
     #[serde(default = "one")]
     pub layers: usize,
+    /// Standard deviation of EBT's initial candidate logits z(0) (0: start from the uniform distribution).
+    #[serde(default = "one_f64")]
+    pub ebt_noise: f64,
     pub block_size: usize,
     /// Hidden width of the feed-forward energy / MLP is `ff_mult * d_model`.
     pub ff_mult: usize,
@@ -124,6 +131,7 @@ impl ModelConfig {
             head_dim: d_model / n_head.max(1),
             steps,
             layers: 1,
+            ebt_noise: 1.0,
             block_size,
             ff_mult: 4,
             norm: NormKind::LayerNorm,
@@ -144,6 +152,9 @@ impl ModelConfig {
         }
         if self.steps == 0 || self.layers == 0 || self.block_size == 0 || self.ff_mult == 0 {
             return bad(format!("steps, layers, block size and ff_mult must be positive: {self:?}"));
+        }
+        if !(self.ebt_noise >= 0.0 && self.ebt_noise.is_finite()) {
+            return bad(format!("ebt_noise must be finite and >= 0, got {}", self.ebt_noise));
         }
         if !(self.eps > 0.0) {
             return bad(format!("eps must be positive, got {}", self.eps));

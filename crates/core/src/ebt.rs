@@ -232,10 +232,10 @@ impl Ebt {
         Ok(best.expect("at least one sample"))
     }
 
-    /// z(0) ~ N(0, 1) of shape (B, n, V), deterministic in `rng`.
+    /// z(0) ~ N(0, ebt_noise^2) of shape (B, n, V), deterministic in `rng`.
     pub fn initial_logits(&self, b: usize, n: usize, rng: &mut Rng64) -> Result<Tensor> {
-        let v = self.cfg.vocab_size;
-        let data: Vec<f32> = (0..b * n * v).map(|_| rng.normal() as f32).collect();
+        let (v, std) = (self.cfg.vocab_size, self.cfg.ebt_noise);
+        let data: Vec<f32> = (0..b * n * v).map(|_| (rng.normal() * std) as f32).collect();
         Tensor::from_vec(data, (b, n, v), self.device())?.to_dtype(self.dtype())
     }
 }

@@ -1,6 +1,9 @@
 //! The native trainer: data, optimizer, training loop, evaluation and the
 //! tokenizer file, behind the `trainer` CLI.
 
+// Each unsafe operation gets its own block and SAFETY note, even inside an unsafe fn.
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod data;
 pub mod eval;
 pub mod export;

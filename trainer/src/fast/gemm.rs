@@ -1,49 +1,73 @@
 //! Thin wrapper over the `gemm` crate (the kernel candle's CPU matmul uses):
 //! row-major f32 matrices, optional transposes, overwrite or accumulate.
+//! On CPUs with AVX-512F it runs our kernel (`kernel512.rs`) instead, unless
+//! NRGPT_NO_AVX512 is set; the tests run both paths (`mm_ld_with`).
 //! Single-threaded: the fast backend parallelises over sequence chunks instead,
 //! so no two thread pools fight over the cores.
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use gemm::Parallelism;
 
-/// A read-only matrix view: `rows x cols`, element (i, j) at `i*rs + j*cs`.
-#[derive(Clone, Copy)]
-pub struct View<'a> {
-    pub data: &'a [f32],
-    pub rows: usize,
-    pub cols: usize,
-    pub rs: usize,
-    pub cs: usize,
+pub use super::view::View;
+
+/// Which implementation multiplies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kernel {
+    /// Ours, `kernel512.rs`: the `gemm` crate has no AVX-512 kernels on stable.
+    Avx512 = 1,
+    GemmCrate = 2,
 }
 
-impl<'a> View<'a> {
-    /// A contiguous row-major `rows x cols` matrix.
-    pub fn rm(data: &'a [f32], rows: usize, cols: usize) -> Self {
-        Self { data, rows, cols, rs: cols, cs: 1 }
+impl Kernel {
+    /// Whether this CPU can run it.
+    pub fn available(self) -> bool {
+        match self {
+            Kernel::GemmCrate => true,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => super::kernel512::available(),
+            #[cfg(not(target_arch = "x86_64"))]
+            Kernel::Avx512 => false,
+        }
     }
-    /// A `rows x cols` block of a row-major matrix with row stride `ld`.
-    pub fn strided(data: &'a [f32], rows: usize, cols: usize, ld: usize) -> Self {
-        Self { data, rows, cols, rs: ld, cs: 1 }
-    }
-    /// The transpose (no copy: swaps the strides).
-    pub fn t(self) -> Self {
-        Self { data: self.data, rows: self.cols, cols: self.rows, rs: self.cs, cs: self.rs }
-    }
-    fn check(&self) {
-        if self.rows > 0 && self.cols > 0 {
-            assert!((self.rows - 1) * self.rs + (self.cols - 1) * self.cs < self.data.len(), "gemm view out of bounds");
+
+    /// What `mm_ld` uses: AVX-512 when the CPU has it and NRGPT_NO_AVX512 is unset.
+    pub fn default_for_cpu() -> Kernel {
+        // 0: not decided yet. Cached because the env lookup costs more than a small gemm;
+        // a race only computes the same answer twice.
+        static CHOSEN: AtomicU8 = AtomicU8::new(0);
+        match CHOSEN.load(Ordering::Relaxed) {
+            1 => Kernel::Avx512,
+            2 => Kernel::GemmCrate,
+            _ => {
+                let k = if Kernel::Avx512.available() && std::env::var_os("NRGPT_NO_AVX512").is_none() {
+                    Kernel::Avx512
+                } else {
+                    Kernel::GemmCrate
+                };
+                CHOSEN.store(k as u8, Ordering::Relaxed);
+                k
+            }
         }
     }
 }
 
-/// Our AVX-512 kernel when the CPU has it (NRGPT_NO_AVX512 set: never).
-#[cfg(target_arch = "x86_64")]
-fn use_avx512() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| super::kernel512::available() && std::env::var_os("NRGPT_NO_AVX512").is_none())
+#[cfg(test)]
+thread_local! {
+    /// The kernel the last `mm_ld_with` on this thread ran, so the tests can
+    /// tell that the path they asked for is the one they checked.
+    static RAN: std::cell::Cell<Option<Kernel>> = const { std::cell::Cell::new(None) };
 }
 
 /// `dst (a.rows x b.cols, row stride ld) = [dst +] scale * a @ b`.
 pub fn mm_ld(dst: &mut [f32], ld: usize, a: View, b: View, accumulate: bool, scale: f32) {
+    mm_ld_with(Kernel::default_for_cpu(), dst, ld, a, b, accumulate, scale)
+}
+
+/// `mm_ld` on a chosen kernel (the tests run both). Panics if the CPU cannot run it.
+pub(crate) fn mm_ld_with(kernel: Kernel, dst: &mut [f32], ld: usize, a: View, b: View, accumulate: bool, scale: f32) {
+    assert!(kernel.available(), "{kernel:?} gemm kernel: this CPU cannot run it");
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert_eq!(k, b.rows, "gemm inner dimensions differ");
     a.check();
@@ -58,10 +82,12 @@ pub fn mm_ld(dst: &mut [f32], ld: usize, a: View, b: View, accumulate: bool, sca
         }
         return;
     }
+    #[cfg(test)]
+    RAN.set(Some(kernel));
     #[cfg(target_arch = "x86_64")]
-    if use_avx512() {
-        // SAFETY: AVX-512F detected; bounds checked above; `dst` is borrowed
-        // mutably, so it cannot alias `a` or `b`.
+    if kernel == Kernel::Avx512 {
+        // SAFETY: AVX-512F asserted available; views and `dst` bounds checked above,
+        // k > 0; `dst` is borrowed mutably, so it cannot alias `a` or `b`.
         unsafe { super::kernel512::gemm(dst.as_mut_ptr(), ld, a, b, accumulate, scale) };
         return;
     }
@@ -103,9 +129,27 @@ mod tests {
     use super::*;
 
     /// Every transpose combination and awkward sizes (edge tiles, several
-    /// K and M blocks) against a naive f64 product.
+    /// K and M blocks) against a naive f64 product, on each kernel this CPU
+    /// runs (with AVX-512, both: the default path alone would skip the other).
     #[test]
     fn matches_naive_product() {
+        let kernels: Vec<Kernel> = [Kernel::GemmCrate, Kernel::Avx512].into_iter().filter(|k| k.available()).collect();
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(kernels.contains(&Kernel::Avx512), std::arch::is_x86_feature_detected!("avx512f"));
+        for kernel in kernels {
+            check_kernel(kernel);
+        }
+        let (a, b, mut c) = ([1.0f32, 2.0], [3.0f32, 4.0], [0.0f32]);
+        super::mm(&mut c, View::rm(&a, 1, 2), View::rm(&b, 2, 1), false, 1.0);
+        assert_eq!((c[0], RAN.get()), (11.0, Some(Kernel::default_for_cpu())));
+    }
+
+    fn check_kernel(kernel: Kernel) {
+        let mm = |c: &mut [f32], a: View, b: View, accumulate, scale| {
+            RAN.set(None);
+            mm_ld_with(kernel, c, b.cols, a, b, accumulate, scale);
+            assert_eq!(RAN.get(), Some(kernel), "the {kernel:?} path did not run");
+        };
         let mut seed = 1u64;
         let mut rnd = move || {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -125,11 +169,11 @@ mod tests {
                 let mut c = vec![1.0f32; m * n];
                 mm(&mut c, av, bv, true, 2.0);
                 for (i, (&got, &w)) in c.iter().zip(&want).enumerate() {
-                    assert!((got as f64 - (1.0 + 2.0 * w)).abs() < 1e-4 * (1.0 + w.abs() * k as f64), "{m}x{k}x{n} {ta} {tb} at {i}: {got} vs {}", 1.0 + 2.0 * w);
+                    assert!((got as f64 - (1.0 + 2.0 * w)).abs() < 1e-4 * (1.0 + w.abs() * k as f64), "{kernel:?} {m}x{k}x{n} {ta} {tb} at {i}: {got} vs {}", 1.0 + 2.0 * w);
                 }
                 mm(&mut c, av, bv, false, 1.0);
                 for (&got, &w) in c.iter().zip(&want) {
-                    assert!((got as f64 - w).abs() < 1e-4 * (1.0 + w.abs() * k as f64));
+                    assert!((got as f64 - w).abs() < 1e-4 * (1.0 + w.abs() * k as f64), "{kernel:?} {m}x{k}x{n} {ta} {tb}");
                 }
             }
         }

@@ -3,13 +3,24 @@
 //! stable it runs 8-wide AVX2 kernels; on CPUs with AVX-512 this one is used
 //! instead (see `gemm::mm_ld`). Checked against a naive product in the tests
 //! of `gemm.rs` and, through every gradient, in tests/fast_backend.rs.
+//!
+//! Kept because it pays end to end (measured 2026-12-03 on a 2-core
+//! AVX-512 machine, with concurrent compiles loading it to 1-7, so
+//! the figures are noisy; rounds of 3 runs alternating with and without
+//! NRGPT_NO_AVX512=1, the trainer's own tokens/s, median of 3):
+//! nrgpt-ff2w d=128 T=4: 6798 vs 5676 tokens/s = 1.20x in the round that
+//! started at the lowest load; the other rounds gave 1.32x, 1.36x, 1.38x.
+//! gpt d=128, 4 layers (`--iters 100`): 6378 vs 5205 = 1.23x (an earlier
+//! round: 1.21x). The command:
+//! `trainer train --model nrgpt-ff2w --d-model 128 --heads 4 --steps 4
+//! --block 64 --batch 32 --iters 60 --eval-every 1000 --eval-iters 1 --out DIR --quiet`
 
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::gemm::View;
+use super::view::View;
 
 /// Register tile: MR rows x NR columns (2 zmm) = 24 accumulators.
 const MR: usize = 12;
@@ -18,7 +29,10 @@ const NR: usize = 32;
 const KC: usize = 256;
 const MC: usize = 96;
 const NC: usize = 512;
+// Whole panels fit the pack buffers, zero padding included.
+const _: () = assert!(MC.is_multiple_of(MR) && NC.is_multiple_of(NR));
 
+/// Whether this CPU can run `gemm`.
 pub fn available() -> bool {
     std::arch::is_x86_feature_detected!("avx512f")
 }
@@ -27,9 +41,14 @@ thread_local! {
     static PACK: RefCell<(Vec<f32>, Vec<f32>)> = RefCell::new((vec![0.0; MC * KC], vec![0.0; KC * NC]));
 }
 
-/// C (m x n, row stride ldc, at `c`) = [C +] alpha * A B. Caller checked the bounds.
+/// C (m x n, row stride ldc, at `c`) = [C +] alpha * A B.
+///
 /// # Safety
-/// AVX-512F must be available; `c` must be valid for the m x n block with row stride ldc.
+/// - AVX-512F is available (`available()`).
+/// - `a.cols == b.rows > 0` (with k = 0, C is left as it is even without
+///   `accumulate`), and both views pass `View::check`.
+/// - `c` is valid for reads and writes of the `a.rows x b.cols` block with row
+///   stride `ldc`, and overlaps neither view's data.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn gemm(c: *mut f32, ldc: usize, a: View, b: View, accumulate: bool, alpha: f32) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
@@ -55,34 +74,42 @@ pub unsafe fn gemm(c: *mut f32, ldc: usize, a: View, b: View, accumulate: bool, 
                     }
                     for jr in (0..nc).step_by(NR) {
                         let nr = NR.min(nc - jr);
-                        let bp = pb.as_ptr().add(jr * kc);
+                        let bp = pb[jr * kc..].as_ptr();
                         for ir in (0..mc).step_by(MR) {
                             let mr = MR.min(mc - ir);
-                            let cp = c.add((ic + ir) * ldc + jc + jr);
+                            // Row and column offsets < (m, n): inside C by the contract.
+                            let c_off = (ic + ir) * ldc + jc + jr;
+                            // In place, A's tile starts at row ic + ir, column pc (inside `a.data`).
+                            let a_in_place = || a.data[(ic + ir) * a.rs + pc..].as_ptr();
                             if mr == MR && nr == NR {
-                                if direct {
-                                    kernel::<true>(kc, a.data.as_ptr().add((ic + ir) * a.rs + pc), a.rs, bp, cp, ldc, acc, alpha);
-                                } else {
-                                    kernel::<false>(kc, pa.as_ptr().add(ir * kc), 0, bp, cp, ldc, acc, alpha);
+                                // SAFETY: AVX-512F by the contract; the A rows (lda = a.rs) or packed
+                                // panel and the B panel hold kc columns; the full tile lies in C.
+                                unsafe {
+                                    let cp = c.add(c_off);
+                                    if direct {
+                                        kernel::<true>(kc, a_in_place(), a.rs, bp, cp, ldc, acc, alpha);
+                                    } else {
+                                        kernel::<false>(kc, pa[ir * kc..].as_ptr(), 0, bp, cp, ldc, acc, alpha);
+                                    }
                                 }
                                 continue;
                             }
                             // Edge tile: compute the full tile aside (B and the partial A
                             // panel are zero-padded), then write back the valid part.
                             let mut tmp = [0f32; MR * NR];
-                            if direct && mr == MR {
-                                kernel::<true>(kc, a.data.as_ptr().add((ic + ir) * a.rs + pc), a.rs, bp, tmp.as_mut_ptr(), NR, false, alpha);
-                            } else {
-                                // in place, the one partial panel was packed at the start of `pa`
-                                let ap = if direct { pa.as_ptr() } else { pa.as_ptr().add(ir * kc) };
-                                kernel::<false>(kc, ap, 0, bp, tmp.as_mut_ptr(), NR, false, alpha);
-                            }
-                            for i in 0..mr {
-                                for j in 0..nr {
-                                    let d = cp.add(i * ldc + j);
-                                    *d = if acc { *d + tmp[i * NR + j] } else { tmp[i * NR + j] };
+                            // SAFETY: as above, but into `tmp`, one whole MR x NR tile; an in-place
+                            // A is only read for a full MR rows, else its packed panel is.
+                            unsafe {
+                                if direct && mr == MR {
+                                    kernel::<true>(kc, a_in_place(), a.rs, bp, tmp.as_mut_ptr(), NR, false, alpha);
+                                } else {
+                                    // in place, the one partial panel was packed at the start of `pa`
+                                    let ap = if direct { pa.as_ptr() } else { pa[ir * kc..].as_ptr() };
+                                    kernel::<false>(kc, ap, 0, bp, tmp.as_mut_ptr(), NR, false, alpha);
                                 }
                             }
+                            // SAFETY: the mr x nr corner at c_off lies inside C (mr, nr within m, n).
+                            unsafe { write_back(c.add(c_off), ldc, &tmp, mr, nr, acc) };
                         }
                     }
                 }
@@ -91,63 +118,53 @@ pub unsafe fn gemm(c: *mut f32, ldc: usize, a: View, b: View, accumulate: bool, 
     });
 }
 
+/// C[..mr, ..nr] = [C +] the top-left mr x nr of the MR x NR tile `tmp`.
+///
+/// # Safety
+/// `c` is valid for reads and writes of mr rows of nr values, row stride `ldc`.
+unsafe fn write_back(c: *mut f32, ldc: usize, tmp: &[f32; MR * NR], mr: usize, nr: usize, accumulate: bool) {
+    for i in 0..mr {
+        for j in 0..nr {
+            // SAFETY: i < mr, j < nr: inside the block the caller promised.
+            let d = unsafe { &mut *c.add(i * ldc + j) };
+            *d = if accumulate { *d + tmp[i * NR + j] } else { tmp[i * NR + j] };
+        }
+    }
+}
+
 /// B[pc..pc+kc, jc..jc+nc] as NR-wide panels, each kc rows of NR values (zero-padded).
-unsafe fn pack_b(dst: &mut [f32], b: View, pc: usize, kc: usize, jc: usize, nc: usize) {
-    let d = dst.as_mut_ptr();
-    let s = b.data.as_ptr();
+/// Safe indexing: packing is a small share of the work, so the bounds checks cost little.
+fn pack_b(dst: &mut [f32], b: View, pc: usize, kc: usize, jc: usize, nc: usize) {
     for jr in (0..nc).step_by(NR) {
         let nr = NR.min(nc - jr);
-        let panel = d.add(jr * kc);
-        for p in 0..kc {
-            let row = s.add((pc + p) * b.rs + (jc + jr) * b.cs);
-            let out = panel.add(p * NR);
+        let (rows, _) = dst[jr * kc..(jr + NR) * kc].as_chunks_mut::<NR>();
+        for (p, out) in rows.iter_mut().enumerate() {
+            let row = (pc + p) * b.rs + (jc + jr) * b.cs;
             if b.cs == 1 && nr == NR {
-                // fixed-size copy: vector moves, not a memmove call
-                *(out as *mut [f32; NR]) = *(row as *const [f32; NR]);
-            } else if b.cs == 1 {
-                std::ptr::copy_nonoverlapping(row, out, nr);
+                // fixed-size copy: vector moves, not a memcpy call
+                *out = b.data[row..row + NR].try_into().unwrap();
             } else {
-                for j in 0..nr {
-                    *out.add(j) = *row.add(j * b.cs);
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = if j < nr { b.data[row + j * b.cs] } else { 0.0 };
                 }
-            }
-            for j in nr..NR {
-                *out.add(j) = 0.0;
             }
         }
     }
 }
 
 /// A[ic..ic+mc, pc..pc+kc] as MR-tall panels, each kc columns of MR values (zero-padded).
-unsafe fn pack_a(dst: &mut [f32], a: View, ic: usize, mc: usize, pc: usize, kc: usize) {
-    let d = dst.as_mut_ptr();
-    let s = a.data.as_ptr();
+fn pack_a(dst: &mut [f32], a: View, ic: usize, mc: usize, pc: usize, kc: usize) {
     for ir in (0..mc).step_by(MR) {
         let mr = MR.min(mc - ir);
-        let panel = d.add(ir * kc);
-        if a.rs == 1 {
-            // Columns contiguous (a transposed row-major matrix): copy MR at a time.
-            for p in 0..kc {
-                let col = s.add((ic + ir) + (pc + p) * a.cs);
-                if mr == MR {
-                    *(panel.add(p * MR) as *mut [f32; MR]) = *(col as *const [f32; MR]);
-                } else {
-                    for i in 0..MR {
-                        *panel.add(p * MR + i) = if i < mr { *col.add(i) } else { 0.0 };
-                    }
-                }
-            }
-        } else {
-            for i in 0..MR {
-                if i < mr {
-                    let row = s.add((ic + ir + i) * a.rs + pc * a.cs);
-                    for p in 0..kc {
-                        *panel.add(p * MR + i) = *row.add(p * a.cs);
-                    }
-                } else {
-                    for p in 0..kc {
-                        *panel.add(p * MR + i) = 0.0;
-                    }
+        let (cols, _) = dst[ir * kc..(ir + MR) * kc].as_chunks_mut::<MR>();
+        for (p, out) in cols.iter_mut().enumerate() {
+            let col = (ic + ir) * a.rs + (pc + p) * a.cs;
+            if a.rs == 1 && mr == MR {
+                // Columns contiguous (a transposed row-major matrix): MR values at a time.
+                *out = a.data[col..col + MR].try_into().unwrap();
+            } else {
+                for (i, o) in out.iter_mut().enumerate() {
+                    *o = if i < mr { a.data[col + i * a.rs] } else { 0.0 };
                 }
             }
         }
@@ -156,6 +173,11 @@ unsafe fn pack_a(dst: &mut [f32], a: View, ic: usize, mc: usize, pc: usize, kc: 
 
 /// The 12 x 32 tile: C (+)= alpha * sum_p A[:, p] (12 values) x b[p] (32 values).
 /// A packed (DIRECT = false): A[i, p] at a[p*MR + i]; in place (DIRECT): at a[i*lda + p].
+///
+/// # Safety
+/// AVX-512F is available; for every p < k and i < MR, A[i, p] (as laid out
+/// above) and b[p*NR .. p*NR + NR] are readable; `c` is valid for writes of MR
+/// rows of NR values with row stride `ldc`, and for reads too if `accumulate`.
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn kernel<const DIRECT: bool>(k: usize, a: *const f32, lda: usize, b: *const f32, c: *mut f32, ldc: usize, accumulate: bool, alpha: f32) {
@@ -165,26 +187,29 @@ unsafe fn kernel<const DIRECT: bool>(k: usize, a: *const f32, lda: usize, b: *co
             let z = _mm512_setzero_ps();
             let mut acc = [[z; 2]; MR];
             for p in 0..k {
-                let b0 = _mm512_loadu_ps(b.add(p * NR));
-                let b1 = _mm512_loadu_ps(b.add(p * NR + 16));
-                let ap = a.add(p * aps);
+                // SAFETY: p < k: row p of the B panel and column p of A are readable.
+                let (b0, b1, ap) = unsafe { (_mm512_loadu_ps(b.add(p * NR)), _mm512_loadu_ps(b.add(p * NR + 16)), a.add(p * aps)) };
                 $(
-                    let ai = _mm512_set1_ps(*ap.add($i * ars));
+                    // SAFETY: A[$i, p] with $i < MR, readable by the contract.
+                    let ai = _mm512_set1_ps(unsafe { *ap.add($i * ars) });
                     acc[$i][0] = _mm512_fmadd_ps(ai, b0, acc[$i][0]);
                     acc[$i][1] = _mm512_fmadd_ps(ai, b1, acc[$i][1]);
                 )*
             }
             let al = _mm512_set1_ps(alpha);
             $(
-                let cp = c.add($i * ldc);
-                let mut v0 = _mm512_mul_ps(acc[$i][0], al);
-                let mut v1 = _mm512_mul_ps(acc[$i][1], al);
-                if accumulate {
-                    v0 = _mm512_add_ps(v0, _mm512_loadu_ps(cp));
-                    v1 = _mm512_add_ps(v1, _mm512_loadu_ps(cp.add(16)));
+                // SAFETY: row $i < MR of the C tile, NR values: writable (readable if accumulating).
+                unsafe {
+                    let cp = c.add($i * ldc);
+                    let mut v0 = _mm512_mul_ps(acc[$i][0], al);
+                    let mut v1 = _mm512_mul_ps(acc[$i][1], al);
+                    if accumulate {
+                        v0 = _mm512_add_ps(v0, _mm512_loadu_ps(cp));
+                        v1 = _mm512_add_ps(v1, _mm512_loadu_ps(cp.add(16)));
+                    }
+                    _mm512_storeu_ps(cp, v0);
+                    _mm512_storeu_ps(cp.add(16), v1);
                 }
-                _mm512_storeu_ps(cp, v0);
-                _mm512_storeu_ps(cp.add(16), v1);
             )*
         }};
     }

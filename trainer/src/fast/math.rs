@@ -12,6 +12,8 @@ macro_rules! with_avx2 {
     ($body:block) => {{
         #[cfg(target_arch = "x86_64")]
         {
+            /// # Safety
+            /// The CPU has AVX2 and FMA.
             #[target_feature(enable = "avx2,fma")]
             unsafe fn fast<R>(f: impl FnOnce() -> R) -> R {
                 f()

@@ -15,13 +15,14 @@
 
 pub mod adamw;
 pub mod backward;
+pub mod buffers;
 pub mod forward;
 pub mod gemm;
 pub mod gpt_baselines;
 #[cfg(target_arch = "x86_64")]
 pub mod kernel512;
 pub mod math;
-pub mod buffers;
+pub mod view;
 pub mod workspace;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -69,8 +69,7 @@ impl Checkpoint {
             }
         }
         let meta = md.into_iter().filter(|(k, _)| !is_reserved(k)).collect();
-        let ck = Self { config: p.config, vocab: p.vocab, weights, extra, meta };
-        ck.model()?; // every weight present with the right shape
-        Ok(ck)
+        // the reader checked every weight's dtype and shape against the layout
+        Ok(Self { config: p.config, vocab: p.vocab, weights, extra, meta })
     }
 }

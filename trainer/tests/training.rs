@@ -73,6 +73,32 @@ fn short_runs_beat_the_unigram_baseline() {
     }
 }
 
+/// An EBT (candle path) learns from thinking alone, resumes, and evaluates
+/// with more thinking steps and candidates than it trained with.
+#[test]
+fn ebt_learns_by_thinking_and_resumes() {
+    let unigram = unigram_entropy();
+    let out = tmp("ebt");
+    let args = ["--model", "ebt", "--layers", "1", "--ebt-noise", "0", "--eval-every", "100"];
+    let st = trainer(TINY, &out).args(args).args(["--iters", "200"]).status().unwrap();
+    assert!(st.success(), "ebt: trainer failed");
+    let st = trainer(&[], &out).args(["--resume", "--iters", "220"]).status().unwrap();
+    assert!(st.success(), "ebt: resume failed");
+    let rows = eval_rows(&std::fs::read_to_string(out.join("log.csv")).unwrap());
+    let (last_iter, val) = *rows.last().unwrap();
+    assert_eq!(last_iter, 220);
+    eprintln!("ebt: val {val:.4} after 220 iters (unigram {unigram:.4})");
+    assert!(val < unigram - 0.2, "ebt: val loss {val} is not below the unigram {unigram}");
+    let eval = Command::new(env!("CARGO_BIN_EXE_trainer"))
+        .current_dir(root(""))
+        .args(["eval", "--max-chars", "2000", "--steps", "4", "--samples", "2", "--ckpt"])
+        .arg(out.join("ckpt.safetensors"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&eval.stdout);
+    assert!(eval.status.success() && text.contains("nats/char"), "ebt eval: {text} {}", String::from_utf8_lossy(&eval.stderr));
+}
+
 /// On the trained NRGPT, each token's own step lowers its energy with the
 /// earlier tokens held (the discrete form of Prop 2.1 at the learned c).
 fn trained_model_descends(ckpt: &Path) {

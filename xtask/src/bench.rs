@@ -292,9 +292,15 @@ pub fn bench(smoke: bool) -> Result<()> {
         let _ = std::fs::remove_dir_all(&base);
     }
     say("building the trainer and the decode benchmark");
-    let release: &[&str] = if smoke { &[] } else { &["--release"] };
-    run(Command::new("cargo").arg("build").args(release).args(["-p", "nrgpt-web", "--example", "decode_bench"]))?;
-    run(Command::new("cargo").arg("build").args(release).args(["-p", "trainer", "--bin", "trainer"]))?;
+    if smoke {
+        // the test build's own binaries and examples, with its feature set: right
+        // after `cargo test --workspace` this builds nothing (a `cargo build -p`
+        // would resolve other features and rebuild shared dependencies)
+        run(Command::new("cargo").args(["test", "--workspace", "--no-run"]))?;
+    } else {
+        run(Command::new("cargo").args(["build", "--release", "-p", "nrgpt-web", "--example", "decode_bench"]))?;
+        run(Command::new("cargo").args(["build", "--release", "-p", "trainer", "--bin", "trainer"]))?;
+    }
     let trainer = bin(smoke, "trainer");
     let trainer = trainer.as_str();
 

@@ -97,6 +97,15 @@ fn ebt_learns_by_thinking_and_resumes() {
         .unwrap();
     let text = String::from_utf8_lossy(&eval.stdout);
     assert!(eval.status.success() && text.contains("nats/char"), "ebt eval: {text} {}", String::from_utf8_lossy(&eval.stderr));
+    // sampling has no EBT path yet: a clear error, not a panic
+    let sample = Command::new(env!("CARGO_BIN_EXE_trainer"))
+        .current_dir(root(""))
+        .args(["sample", "--len", "5", "--ckpt"])
+        .arg(out.join("ckpt.safetensors"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&sample.stderr);
+    assert!(!sample.status.success() && err.contains("EBT") && !err.contains("panicked"), "ebt sample: {err}");
 }
 
 /// On the trained NRGPT, each token's own step lowers its energy with the

@@ -186,11 +186,6 @@ impl WeightLayout {
         &self.specs[i].name
     }
 
-    /// The index of the parameter called `name`.
-    pub fn find(&self, name: &str) -> Option<usize> {
-        self.specs.iter().position(|s| s.name == name)
-    }
-
     /// Parameters in total.
     pub fn num_params(&self) -> usize {
         self.specs.iter().map(ParamSpec::numel).sum()
@@ -200,14 +195,6 @@ impl WeightLayout {
     pub fn nrgpt(&self) -> Option<&NrgptIdx> {
         match &self.body {
             Body::Nrgpt(ix) => Some(ix),
-            _ => None,
-        }
-    }
-
-    /// EBT's indices, if this is an EBT layout.
-    pub fn ebt(&self) -> Option<&EbtIdx> {
-        match &self.body {
-            Body::Ebt(ix) => Some(ix),
             _ => None,
         }
     }

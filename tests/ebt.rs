@@ -7,7 +7,7 @@ mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
 use common::{randn, rel_err, to_vec};
-use nrgpt_core::ebt::Ebt;
+use nrgpt_core::ebt::{Ebt, ThinkPlan};
 use nrgpt_core::model::{init_weights, Weights};
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::{Activation, Arch, ModelConfig, NormKind};
@@ -88,12 +88,23 @@ fn training_loss_gradients_match_finite_differences() {
     let (x, y) = (ids(b, n, v, 2), ids(b, n, v, 3));
     let z0 = randn(&[b, n, v], 1.0, &mut Rng64::new(8));
     let base = Ebt::new(&cfg, &w).unwrap();
-    let z1 = base.think(&base.context(&x).unwrap(), &z0, 1, 1.0).unwrap().logits[1].clone();
+    // the regularisers too: a per-token step size and Langevin noise after each step
+    let scale = randn(&[b, n, 1], 0.3, &mut Rng64::new(9)).exp().unwrap();
+    let noise: Vec<Tensor> = (0..2).map(|s| randn(&[b, n, v], 0.1, &mut Rng64::new(20 + s))).collect();
+    let plan = |z0: &Tensor, steps: usize, from: usize| ThinkPlan {
+        z0: z0.clone(),
+        steps,
+        step_scale: Some(scale.clone()),
+        langevin: noise[from..from + steps].to_vec(),
+    };
+    let a = (base.step_size().unwrap().broadcast_mul(&scale)).unwrap();
+    let g0 = base.energy_grad(&base.context(&x).unwrap(), &z0, true).unwrap().grad.unwrap();
+    let z1 = ((&z0 - g0.broadcast_mul(&a).unwrap()).unwrap() + &noise[0]).unwrap();
     let detached_loss = |w: &Weights| {
         let m = Ebt::new(&cfg, w).unwrap();
-        ((m.train_loss(&x, &y, &z0, 1).unwrap() + m.train_loss(&x, &y, &z1, 1).unwrap()).unwrap() / 2.0).unwrap()
+        ((m.train_loss(&x, &y, &plan(&z0, 1, 0)).unwrap().0 + m.train_loss(&x, &y, &plan(&z1, 1, 1)).unwrap().0).unwrap() / 2.0).unwrap()
     };
-    let loss_of = |w: &Weights| Ebt::new(&cfg, w).unwrap().train_loss(&x, &y, &z0, 2).unwrap();
+    let loss_of = |w: &Weights| Ebt::new(&cfg, w).unwrap().train_loss(&x, &y, &plan(&z0, 2, 0)).unwrap().0;
     assert!((to_vec(&loss_of(&w))[0] - to_vec(&detached_loss(&w))[0]).abs() < 1e-12);
     let vars: Vec<(String, Var)> = w.iter().map(|(k, t)| (k.clone(), Var::from_tensor(t).unwrap())).collect();
     let wv: Weights = vars.iter().map(|(k, var)| (k.clone(), var.as_tensor().clone())).collect();

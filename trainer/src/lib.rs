@@ -10,5 +10,6 @@ pub mod export;
 pub mod fast;
 pub mod net;
 pub mod optim;
+pub mod think_plan;
 pub mod train;
 pub mod vocab_file;

@@ -17,6 +17,7 @@ use trainer::eval::{full_loss, monotone_fraction};
 use trainer::net::{Net, Thinking};
 use trainer::export::export;
 use trainer::fast::TrainBackend;
+use trainer::think_plan::EbtRegularisers;
 use trainer::train::{run, RunPaths, Start, TrainSettings, TrainState};
 use trainer::vocab_file::tokenizer_json;
 
@@ -81,6 +82,21 @@ struct TrainArgs {
     /// Std of EBT's initial candidate logits (0: think from the uniform distribution).
     #[arg(long, default_value_t = 1.0)]
     ebt_noise: f64,
+    /// EBT: std of the Langevin noise added to the candidate after every thinking step.
+    #[arg(long, default_value_t = 0.0)]
+    ebt_langevin: f64,
+    /// EBT: draw each token's step size log-uniformly in [a/2, 2a].
+    #[arg(long)]
+    ebt_step_jitter: bool,
+    /// EBT: each batch thinks S + a random 0..=N extra steps.
+    #[arg(long, default_value_t = 0)]
+    ebt_extra_steps: usize,
+    /// EBT: fraction of each batch that starts from the replay buffer of final candidates.
+    #[arg(long, default_value_t = 0.0)]
+    ebt_replay: f64,
+    /// EBT: the step size's learning rate as a multiple of --lr.
+    #[arg(long, default_value_t = 1.0)]
+    ebt_step_lr_mult: f64,
     #[arg(long, default_value_t = 64)]
     block: usize,
     #[arg(long, default_value_t = 32)]
@@ -271,7 +287,15 @@ fn train(a: TrainArgs, json: bool) -> Result<()> {
         eval_every: a.eval_every.max(1),
         eval_iters: a.eval_iters.max(1),
         seed: a.seed,
+        ebt: EbtRegularisers {
+            langevin: a.ebt_langevin,
+            step_jitter: a.ebt_step_jitter,
+            extra_steps: a.ebt_extra_steps,
+            replay: a.ebt_replay,
+            step_lr_mult: a.ebt_step_lr_mult,
+        },
     };
+    settings.ebt.check()?;
     let paths = RunPaths { dir: a.out.unwrap_or_else(|| PathBuf::from("runs").join(a.model.name())) };
     let start = if a.resume { Start::Resume { iters: a.iters } } else { Start::Fresh(cfg, settings) };
     let t0 = Instant::now();

@@ -1,9 +1,9 @@
 //! What the candle paths train and evaluate: a language model whose forward
 //! gives the logits (NRGPT, GPT), or an EBT that thinks its way to them.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
-use nrgpt_core::ebt::Ebt;
+use nrgpt_core::ebt::{Ebt, ThinkPlan};
 use nrgpt_core::model::{cross_entropy, Dropout, Weights};
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::{Arch, ForwardOpts, Model, ModelConfig};
@@ -52,20 +52,20 @@ impl Net {
         })
     }
 
-    /// The training loss of one batch; an EBT starts its candidates from noise drawn from `seed`.
-    pub fn train_loss(&self, x: &Tensor, y: &Tensor, dropout: &mut Dropout, seed: u64) -> Result<Tensor> {
+    /// The training loss of one batch, and an EBT's final candidates; an EBT thinks as `plan` says.
+    pub fn train_loss(&self, x: &Tensor, y: &Tensor, dropout: &mut Dropout, plan: Option<&ThinkPlan>) -> Result<(Tensor, Option<Tensor>)> {
         match self {
             Net::Lm(m) => {
                 let logits = m.forward(x, ForwardOpts { dropout: Some(dropout), ..Default::default() })?.logits;
-                Ok(cross_entropy(&logits, y)?)
+                Ok((cross_entropy(&logits, y)?, None))
             }
             Net::Ebt(e) => {
                 if dropout.p > 0.0 {
                     bail!("dropout is not implemented for EBT: train it with --dropout 0");
                 }
-                let (b, n) = x.dims2()?;
-                let z0 = e.initial_logits(b, n, &mut Rng64::new(seed))?;
-                Ok(e.train_loss(x, y, &z0, e.cfg.steps)?)
+                let plan = plan.context("an EBT trains from a thinking plan")?;
+                let (loss, last) = e.train_loss(x, y, plan)?;
+                Ok((loss, Some(last)))
             }
         }
     }

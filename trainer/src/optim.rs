@@ -45,13 +45,25 @@ pub struct CandleAdamW {
     pub v: Vec<Tensor>,
     pub step: u64,
     pub hp: AdamHyper,
+    /// Per-variable multiple of the learning rate (EBT's step size has its own).
+    pub lr_mult: Vec<f64>,
 }
 
 impl CandleAdamW {
     pub fn new(vars: Vec<(String, Var)>, weight_decay: f64) -> Result<Self> {
         let m = vars.iter().map(|(_, v)| v.zeros_like()).collect::<candle_core::Result<Vec<_>>>()?;
         let v = m.clone();
-        Ok(Self { vars, m, v, step: 0, hp: AdamHyper::new(weight_decay) })
+        let lr_mult = vec![1.0; vars.len()];
+        Ok(Self { vars, m, v, step: 0, hp: AdamHyper::new(weight_decay), lr_mult })
+    }
+
+    /// Trains the variable `name` at `mult` times the learning rate.
+    pub fn set_lr_mult(&mut self, name: &str, mult: f64) {
+        for (i, (n, _)) in self.vars.iter().enumerate() {
+            if n == name {
+                self.lr_mult[i] = mult;
+            }
+        }
     }
 
     /// Global gradient norm, and the factor that clips it to `max_norm`.
@@ -75,6 +87,7 @@ impl CandleAdamW {
         for (i, (_, var)) in self.vars.iter().enumerate() {
             let Some(g) = grads.get(var) else { continue };
             let g = (g * clip)?;
+            let lr = lr * self.lr_mult[i];
             // m = b1 m + (1-b1) g ; v = b2 v + (1-b2) g^2
             self.m[i] = ((&self.m[i] * hp.beta1)? + (&g * (1.0 - hp.beta1))?)?;
             self.v[i] = ((&self.v[i] * hp.beta2)? + (g.sqr()? * (1.0 - hp.beta2))?)?;

@@ -11,6 +11,7 @@ use candle_core::{DType, Device, Var};
 use indicatif::{ProgressBar, ProgressStyle};
 use nrgpt_core::model::{init_weights, num_params, Dropout, Weights};
 use nrgpt_core::rng::Rng64;
+use nrgpt_core::layout::{Body, WeightLayout};
 use nrgpt_core::{Arch, Checkpoint, ModelConfig, Vocab};
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +20,7 @@ use crate::eval::estimate_loss;
 use crate::fast::{self, FastModel, TrainBackend};
 use crate::net::Net;
 use crate::optim::{clip_factor, lr_at, CandleAdamW};
+use crate::think_plan::{self, EbtRegularisers, ReplayBuffer};
 
 /// Everything that defines a run besides the model config; saved in the
 /// checkpoint so `--resume` continues with the same settings.
@@ -35,6 +37,9 @@ pub struct TrainSettings {
     pub eval_every: usize,
     pub eval_iters: usize,
     pub seed: u64,
+    /// EBT's thinking regularisers (off for runs saved before they existed).
+    #[serde(default)]
+    pub ebt: EbtRegularisers,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -62,8 +67,10 @@ impl RunPaths {
 const CSV_HEADER: &str = "iter,lr,loss,grad_norm,train_loss,val_loss,tok_per_s,elapsed_s";
 const STREAM_DROPOUT: u64 = 0xD50;
 const STREAM_EVAL: u64 = 0xE7A1;
-/// The noise an EBT starts its training candidates from.
+/// The noise an EBT starts its training candidates from, and its regularisers.
 const STREAM_EBT: u64 = 0xEB7;
+/// The checkpoint entry holding an EBT run's replay buffer.
+const REPLAY_KEY: &str = "ebt.replay";
 
 /// Writes `bytes` to `path` via a temp file and a rename, so a crash leaves
 /// either the old file or the new one, never half of one.
@@ -89,7 +96,7 @@ fn save(paths: &RunPaths, cfg: &ModelConfig, vocab: &Vocab, learner: &Learner, s
 /// fast backend's hand-written backward on flat f32 buffers. Both save the
 /// same checkpoint (parameter names, `opt.m.*` / `opt.v.*` moments).
 enum Learner {
-    Candle { vars: Vec<(String, Var)>, net: Net, opt: CandleAdamW },
+    Candle { vars: Vec<(String, Var)>, net: Net, opt: CandleAdamW, replay: ReplayBuffer },
     Fast { model: Box<FastModel>, opt: fast::adamw::FastAdamW },
 }
 
@@ -105,8 +112,12 @@ impl Learner {
         }
         let vars: Vec<(String, Var)> = weights.iter().map(|(n, t)| Ok((n.clone(), Var::from_tensor(t)?))).collect::<Result<_>>()?;
         let net = Net::new(cfg, &vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect())?;
-        let opt = CandleAdamW::new(vars.clone(), s.weight_decay)?;
-        Ok(Learner::Candle { vars, net, opt })
+        let mut opt = CandleAdamW::new(vars.clone(), s.weight_decay)?;
+        if let Body::Ebt(ix) = &WeightLayout::new(cfg).body {
+            opt.set_lr_mult(WeightLayout::new(cfg).name(ix.log_a), s.ebt.step_lr_mult);
+        }
+        let replay = ReplayBuffer::new(cfg.block_size * cfg.vocab_size, 2 * s.batch);
+        Ok(Learner::Candle { vars, net, opt, replay })
     }
 
     fn name(&self) -> &'static str {
@@ -126,14 +137,26 @@ impl Learner {
 
     fn opt_state(&self) -> Result<Weights> {
         match self {
-            Learner::Candle { opt, .. } => Ok(opt.state()),
+            Learner::Candle { opt, replay, net, .. } => {
+                let mut w = opt.state();
+                if !replay.is_empty() {
+                    let c = net.cfg();
+                    w.insert(REPLAY_KEY.to_string(), replay.to_tensor(c.block_size, c.vocab_size)?);
+                }
+                Ok(w)
+            }
             Learner::Fast { model, opt } => opt.state(&model.lay),
         }
     }
 
     fn load_opt_state(&mut self, extra: &Weights, iter: u64) -> Result<()> {
         match self {
-            Learner::Candle { opt, .. } => opt.load_state(extra, iter),
+            Learner::Candle { opt, replay, .. } => {
+                if let Some(t) = extra.get(REPLAY_KEY) {
+                    replay.load(t)?;
+                }
+                opt.load_state(extra, iter)
+            }
             Learner::Fast { model, opt } => opt.load_state(&model.lay, extra, iter),
         }
     }
@@ -144,9 +167,16 @@ impl Learner {
         let mut rng = Rng64::derive(s.seed, iter as u64);
         let mut drop = Dropout { p: s.dropout, rng: Rng64::derive(s.seed ^ STREAM_DROPOUT, iter as u64) };
         match self {
-            Learner::Candle { net, opt, .. } => {
+            Learner::Candle { net, opt, replay, .. } => {
                 let (x, y) = random_batch(&corpus.train, s.batch, cfg.block_size, &mut rng, &dev)?;
-                let loss = net.train_loss(&x, &y, &mut drop, Rng64::derive(s.seed ^ STREAM_EBT, iter as u64).next_u64())?;
+                let plan = match cfg.arch {
+                    Arch::Ebt => Some(think_plan::draw(&s.ebt, cfg, s.batch, &mut Rng64::derive(s.seed ^ STREAM_EBT, iter as u64), replay)?),
+                    _ => None,
+                };
+                let (loss, last) = net.train_loss(&x, &y, &mut drop, plan.as_ref())?;
+                if let (Some(last), true) = (last, s.ebt.replay > 0.0) {
+                    replay.push(&last)?;
+                }
                 let grads = loss.backward()?;
                 let (gnorm, clip) = opt.clip_factor(&grads, s.grad_clip)?;
                 opt.step(&grads, lr, clip)?;

@@ -63,6 +63,19 @@ pub struct EnergyGrad {
     pub grad: Option<Tensor>,
 }
 
+/// How one training batch thinks: drawn by the trainer from the reference's
+/// regularisers, and read the same way by every training path.
+pub struct ThinkPlan {
+    /// z(0), (B, n, V): noise, or final logits from the replay buffer.
+    pub z0: Tensor,
+    /// Steps this batch takes (S, or more with a random step count).
+    pub steps: usize,
+    /// Per-token multiplier of the step size `a`, (B, n, 1); None: 1 everywhere.
+    pub step_scale: Option<Tensor>,
+    /// Langevin noise added after step s (B, n, V), already scaled; empty: none.
+    pub langevin: Vec<Tensor>,
+}
+
 /// A thinking trajectory: `logits[s]` is z(s) and `energies[s]` its energy, s = 0..=S.
 pub struct Thought {
     pub logits: Vec<Tensor>,
@@ -185,18 +198,29 @@ impl Ebt {
         Ok(Thought { logits, energies })
     }
 
-    /// The training loss: the mean over the S thinking steps of the
+    /// The training loss: the mean over the plan's thinking steps of the
     /// cross-entropy of softmax(z(s+1)) against the next characters. As in
     /// the reference, z is detached between steps, so each step's loss
     /// differentiates through that step's input gradient only.
-    pub fn train_loss(&self, ids: &Tensor, targets: &Tensor, z0: &Tensor, steps: usize) -> crate::Result<Tensor> {
+    /// Also returns the final candidates z(steps), detached (for a replay buffer).
+    pub fn train_loss(&self, ids: &Tensor, targets: &Tensor, plan: &ThinkPlan) -> crate::Result<(Tensor, Tensor)> {
+        if plan.steps == 0 {
+            return Err(Error::Config("EBT training needs at least one thinking step".into()));
+        }
         let ctx = self.context(ids)?;
-        let a = self.step_size()?;
-        let mut z = z0.clone();
+        let a = match &plan.step_scale {
+            Some(scale) => scale.broadcast_mul(&self.step_size()?)?,
+            None => self.step_size()?,
+        };
+        let mut z = plan.z0.clone();
         let mut total: Option<Tensor> = None;
-        for _ in 0..steps {
+        for s in 0..plan.steps {
             let grad = self.energy_grad(&ctx, &z, true)?.grad.expect("asked for the gradient");
-            let next = (&z - grad.broadcast_mul(&a)?)?;
+            // z(s+1) = z(s) - a dE/dz (+ Langevin noise)
+            let mut next = (&z - grad.broadcast_mul(&a)?)?;
+            if let Some(noise) = plan.langevin.get(s) {
+                next = (next + noise)?;
+            }
             let ce = crate::model::cross_entropy(&next, targets)?;
             total = Some(match total {
                 Some(t) => (t + ce)?,
@@ -204,8 +228,8 @@ impl Ebt {
             });
             z = next.detach();
         }
-        let total = total.ok_or_else(|| Error::Config("EBT training needs at least one thinking step".into()))?;
-        Ok((total / steps as f64)?)
+        let total = total.expect("at least one step");
+        Ok(((total / plan.steps as f64)?, z))
     }
 
     /// Self-verification: thinks `samples` candidates from independent noise

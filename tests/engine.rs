@@ -155,7 +155,7 @@ fn early_exit_agrees_between_gpu_and_cpu() {
     let bytes = random_checkpoint(cfg, 300);
     let mut cpu = engine(&bytes, true);
     let mut gpu = gpu_engine(&bytes);
-    let opts = StepOpts { steps: Some(12), early_exit: Some(0.05) };
+    let opts = StepOpts { steps: Some(12), early_exit: Some(0.05), ..Default::default() };
     let mut used = Vec::new();
     for (k, &tok) in seq(40, cfg.vocab_size, 9).iter().enumerate() {
         let a = pollster::block_on(cpu.push(tok, &opts)).unwrap();
@@ -229,7 +229,7 @@ fn changing_steps_mid_sequence_recomputes_the_window() {
     let cfg = &variants()[2];
     let bytes = random_checkpoint(cfg, 600);
     let toks = seq(20, cfg.vocab_size, 13);
-    let t5 = StepOpts { steps: Some(5), early_exit: None };
+    let t5 = StepOpts { steps: Some(5), early_exit: None, ..Default::default() };
     let mut reference = Session::from_bytes(&bytes).unwrap();
     let mut want = Trace::default();
     for &t in &toks {

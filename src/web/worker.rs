@@ -219,7 +219,7 @@ async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut PageBackend, re
     if ids.is_empty() {
         return Err("the prompt is empty: type at least one character".into());
     }
-    let opts = StepOpts { steps: req.steps, early_exit: req.early_exit };
+    let opts = StepOpts { steps: req.steps, early_exit: req.early_exit, ..Default::default() };
     let sopts = SampleOpts {
         temperature: req.temperature,
         top_k: (req.top_k > 0).then_some(req.top_k),

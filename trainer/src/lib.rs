@@ -11,5 +11,6 @@ pub mod fast;
 pub mod net;
 pub mod optim;
 pub mod think_plan;
+pub mod thinking_table;
 pub mod train;
 pub mod vocab_file;

@@ -17,7 +17,11 @@ use trainer::eval::{full_loss, monotone_fraction};
 use trainer::net::{Net, Thinking};
 use trainer::export::export;
 use trainer::fast::TrainBackend;
+use nrgpt_core::ebt::Verify;
+use nrgpt_core::ebt_session::{generate_ebt, EbtSession};
+use nrgpt_core::session::{EbtThinkOpts, StepOpts};
 use trainer::think_plan::EbtRegularisers;
+use trainer::thinking_table::{markdown, scatter_svg, thinking_table, TableSpec};
 use trainer::train::{run, RunPaths, Start, TrainSettings, TrainState};
 use trainer::vocab_file::tokenizer_json;
 
@@ -40,6 +44,8 @@ enum Cmd {
     Eval(EvalArgs),
     /// Fraction of tokens whose energy E_A(t) decreases monotonically after the transient (NRGPT).
     Energy(EnergyArgs),
+    /// EBT: loss vs thinking steps and candidates on the val split and other texts, and energy vs loss.
+    Think(ThinkArgs),
     /// Print text generated from a checkpoint.
     Sample(SampleArgs),
     /// Write a checkpoint's model for inference: no optimizer state, optionally quantized.
@@ -179,6 +185,38 @@ struct EvalArgs {
     /// EBT: candidates thought per character, the lowest final energy kept (self-verification).
     #[arg(long, default_value_t = 1)]
     samples: usize,
+    /// EBT self-verification: min (final energy) | max-gap (largest drop).
+    #[arg(long, default_value = "min")]
+    verify: Verify,
+}
+
+#[derive(Args)]
+struct ThinkArgs {
+    #[arg(long)]
+    ckpt: PathBuf,
+    /// The corpus whose val split is the first text.
+    #[arg(long, default_value = "data/tinyshakespeare/input.txt")]
+    data: PathBuf,
+    /// More texts, each read whole (e.g. data/ood/hamlet.txt); repeatable.
+    #[arg(long)]
+    ood: Vec<PathBuf>,
+    /// Thinking step counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
+    steps: Vec<usize>,
+    /// Candidate counts (best by self-verification), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    samples: Vec<usize>,
+    /// Self-verification: min (final energy) | max-gap (largest drop).
+    #[arg(long, default_value = "min")]
+    verify: Verify,
+    /// Only the first N characters of each text.
+    #[arg(long, default_value_t = 20_000)]
+    max_chars: usize,
+    #[arg(long, default_value_t = 16)]
+    batch: usize,
+    /// Write the energy-vs-loss scatter of the val split as SVG here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -209,6 +247,21 @@ struct SampleArgs {
     top_p: Option<f32>,
     #[arg(long, default_value_t = 1337)]
     seed: u64,
+    /// EBT: thinking steps per character (default: as trained).
+    #[arg(long)]
+    steps: Option<usize>,
+    /// EBT: candidates per character, the one self-verification prefers kept.
+    #[arg(long, default_value_t = 1)]
+    samples: usize,
+    /// EBT self-verification: min (final energy) | max-gap (largest drop).
+    #[arg(long, default_value = "min")]
+    verify: Verify,
+    /// EBT: stop a candidate's thinking before a step that would raise its energy.
+    #[arg(long)]
+    accept_lower: bool,
+    /// EBT: stop a candidate's thinking once its energy changes by less than this.
+    #[arg(long)]
+    early_exit: Option<f32>,
 }
 
 fn parse_norm(s: &str) -> Result<NormKind, String> {
@@ -385,7 +438,7 @@ fn eval(a: EvalArgs, json: bool) -> Result<()> {
     let split = if a.split == "train" { &corpus.train } else { &corpus.val };
     let split = &split[..a.max_chars.unwrap_or(usize::MAX).min(split.len())];
     let pb = indicatif::ProgressBar::new(0);
-    let think = Thinking { steps: a.on.steps, samples: a.samples };
+    let think = Thinking { steps: a.on.steps, samples: a.samples, verify: a.verify };
     let loss = full_loss(&net, split, a.batch, think, &mut |done, total| {
         pb.set_length(total as u64);
         pb.set_position(done as u64);
@@ -396,6 +449,41 @@ fn eval(a: EvalArgs, json: bool) -> Result<()> {
         return print_json(&EvalReport { split: a.split, loss, chars: split.len(), steps, ckpt: a.on.ckpt });
     }
     println!("{} loss {loss:.4} nats/char over {} characters ({})", a.split, split.len(), a.on.ckpt.display());
+    Ok(())
+}
+
+fn think(a: ThinkArgs, json: bool) -> Result<()> {
+    let ck = load_ckpt(&a.ckpt)?;
+    let Net::Ebt(ebt) = Net::new(&ck.config, &ck.weights)? else {
+        anyhow::bail!("{} is a {}, not an EBT: only an EBT thinks", a.ckpt.display(), ck.config.arch.name());
+    };
+    let spec = TableSpec { steps: a.steps, samples: a.samples, verify: a.verify, batch: a.batch };
+    let mut texts = vec![(format!("{} (val split)", a.data.display()), Corpus::load(&a.data, &ck.vocab)?.val)];
+    for path in &a.ood {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        texts.push((path.display().to_string(), ck.vocab.encode(&text).with_context(|| format!("encoding {}", path.display()))?));
+    }
+    let mut reports = Vec::new();
+    for (i, (name, ids)) in texts.iter().enumerate() {
+        let ids = &ids[..a.max_chars.min(ids.len())];
+        let pb = indicatif::ProgressBar::new(0).with_message(name.clone());
+        let t = thinking_table(&ebt, ids, &spec, &mut |done, total| {
+            pb.set_length(total as u64);
+            pb.set_position(done as u64);
+        })?;
+        pb.finish_and_clear();
+        if let (0, Some(plot)) = (i, &a.plot) {
+            let title = format!("{}: final energy vs loss per character (r = {:.3})", a.ckpt.display(), t.energy_loss_corr);
+            std::fs::write(plot, scatter_svg(&title, &t.points)).with_context(|| format!("writing {}", plot.display()))?;
+        }
+        if !json {
+            println!("{}", markdown(name, &t, &spec));
+        }
+        reports.push(serde_json::json!({ "text": name, "table": t }));
+    }
+    if json {
+        return print_json(&reports);
+    }
     Ok(())
 }
 
@@ -433,11 +521,17 @@ fn main() -> Result<()> {
         Cmd::Train(a) => train(a, json),
         Cmd::Eval(a) => eval(a, json),
         Cmd::Energy(a) => energy(a, json),
+        Cmd::Think(a) => think(a, json),
         Cmd::Sample(a) => {
             let ck = load_ckpt(&a.ckpt)?;
-            let model = ck.model()?;
             let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
-            let text = generate(&model, &ck.vocab, &a.prompt, a.len, &opts)?;
+            let text = if ck.config.arch == Arch::Ebt {
+                let ebt = EbtThinkOpts { samples: a.samples, verify: a.verify, accept_lower: a.accept_lower, seed: a.seed };
+                let step = StepOpts { steps: a.steps, early_exit: a.early_exit, ebt };
+                generate_ebt(&mut EbtSession::new(&ck)?, &a.prompt, a.len, &opts, &step)?
+            } else {
+                generate(&ck.model()?, &ck.vocab, &a.prompt, a.len, &opts)?
+            };
             if json {
                 return print_json(&SampleReport { prompt: a.prompt, text });
             }

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
-use nrgpt_core::ebt::{Ebt, ThinkPlan};
+use nrgpt_core::ebt::{Ebt, ThinkPlan, Verify};
 use nrgpt_core::model::{cross_entropy, Dropout, Weights};
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::{Arch, ForwardOpts, Model, ModelConfig};
@@ -19,6 +19,7 @@ pub enum Net {
 pub struct Thinking {
     pub steps: Option<usize>,
     pub samples: usize,
+    pub verify: Verify,
 }
 
 impl Net {
@@ -47,7 +48,7 @@ impl Net {
             Net::Lm(m) => m.forward(ids, ForwardOpts { steps: think.steps, ..Default::default() })?.logits,
             Net::Ebt(e) => {
                 let steps = think.steps.unwrap_or(e.cfg.steps);
-                e.predict(ids, steps, think.samples.max(1), &mut Rng64::new(seed))?.0
+                e.predict(ids, steps, think.samples.max(1), think.verify, &mut Rng64::new(seed))?.0
             }
         })
     }

@@ -73,13 +73,17 @@ fn short_runs_beat_the_unigram_baseline() {
     }
 }
 
-/// An EBT (candle path) learns from thinking alone, resumes, and evaluates
-/// with more thinking steps and candidates than it trained with.
+/// An EBT (candle path) learns from thinking alone with the regularisers on,
+/// resumes, and evaluates with more thinking steps and candidates than it
+/// trained with.
 #[test]
 fn ebt_learns_by_thinking_and_resumes() {
     let unigram = unigram_entropy();
     let out = tmp("ebt");
-    let args = ["--model", "ebt", "--layers", "1", "--ebt-noise", "0", "--eval-every", "100"];
+    let args = [
+        "--model", "ebt", "--layers", "1", "--ebt-noise", "0", "--eval-every", "100", "--backend", "candle", "--ebt-langevin", "0.01",
+        "--ebt-step-jitter", "--ebt-extra-steps", "1", "--ebt-step-lr-mult", "5",
+    ];
     let st = trainer(TINY, &out).args(args).args(["--iters", "200"]).status().unwrap();
     assert!(st.success(), "ebt: trainer failed");
     let st = trainer(&[], &out).args(["--resume", "--iters", "220"]).status().unwrap();
@@ -89,14 +93,25 @@ fn ebt_learns_by_thinking_and_resumes() {
     assert_eq!(last_iter, 220);
     eprintln!("ebt: val {val:.4} after 220 iters (unigram {unigram:.4})");
     assert!(val < unigram - 0.2, "ebt: val loss {val} is not below the unigram {unigram}");
-    let eval = Command::new(env!("CARGO_BIN_EXE_trainer"))
-        .current_dir(root(""))
-        .args(["eval", "--max-chars", "2000", "--steps", "4", "--samples", "2", "--ckpt"])
-        .arg(out.join("ckpt.safetensors"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&eval.stdout);
-    assert!(eval.status.success() && text.contains("nats/char"), "ebt eval: {text} {}", String::from_utf8_lossy(&eval.stderr));
+    let cli = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_trainer")).current_dir(root("")).args(args).arg("--ckpt").arg(out.join("ckpt.safetensors")).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(o.status.success(), "{args:?}: {text} {}", String::from_utf8_lossy(&o.stderr));
+        text
+    };
+    let eval: serde_json::Value = serde_json::from_str(&cli(&["--json", "eval", "--max-chars", "2000", "--steps", "4"])).unwrap();
+    // the thinking table reads every (S, N) off one set of trajectories: its S = 4, N = 1 cell is `eval --steps 4`
+    let table: serde_json::Value = serde_json::from_str(&cli(&["--json", "think", "--max-chars", "2000", "--steps", "1,4", "--samples", "1,2"])).unwrap();
+    let cell = |s: u64, n: u64| {
+        let cells = table[0]["table"]["cells"].as_array().unwrap();
+        cells.iter().find(|c| c["steps"] == s && c["samples"] == n).unwrap()["loss"].as_f64().unwrap()
+    };
+    let want = eval["loss"].as_f64().unwrap();
+    assert!((cell(4, 1) - want).abs() < 1e-6, "think S=4 N=1 {} vs eval {want}", cell(4, 1));
+    // from z = 0 every candidate thinks alike: verification has nothing to choose
+    assert_eq!(cell(4, 2), cell(4, 1));
+    assert!(cell(1, 1) != cell(4, 1), "thinking longer changed nothing");
+    assert!(table[0]["table"]["energy_loss_corr"].as_f64().unwrap().is_finite());
     // sampling has no EBT path yet: a clear error, not a panic
     let sample = Command::new(env!("CARGO_BIN_EXE_trainer"))
         .current_dir(root(""))

@@ -76,6 +76,27 @@ pub struct ThinkPlan {
     pub langevin: Vec<Tensor>,
 }
 
+/// How self-verification picks one of N thought candidates, per character.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Verify {
+    /// The lowest final energy.
+    #[default]
+    MinEnergy,
+    /// The largest drop from its start (the reference's `max_gap`).
+    MaxGap,
+}
+
+impl std::str::FromStr for Verify {
+    type Err = Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        match s {
+            "min" => Ok(Verify::MinEnergy),
+            "max-gap" => Ok(Verify::MaxGap),
+            _ => Err(Error::Config(format!("self-verification is `min` or `max-gap`, not `{s}`"))),
+        }
+    }
+}
+
 /// A thinking trajectory: `logits[s]` is z(s) and `energies[s]` its energy, s = 0..=S.
 pub struct Thought {
     pub logits: Vec<Tensor>,
@@ -233,16 +254,20 @@ impl Ebt {
     }
 
     /// Self-verification: thinks `samples` candidates from independent noise
-    /// for `steps` steps and keeps, per position, the one whose final energy
-    /// is lowest. Returns its logits (B, n, V) and energy (B, n).
-    pub fn predict(&self, ids: &Tensor, steps: usize, samples: usize, rng: &mut Rng64) -> crate::Result<(Tensor, Tensor)> {
+    /// for `steps` steps and keeps, per position, the one `verify` scores
+    /// lowest. Returns its logits (B, n, V) and score (B, n).
+    pub fn predict(&self, ids: &Tensor, steps: usize, samples: usize, verify: Verify, rng: &mut Rng64) -> crate::Result<(Tensor, Tensor)> {
         let (b, n) = ids.dims2()?;
         let ctx = self.context(ids)?;
         let mut best: Option<(Tensor, Tensor)> = None;
         for _ in 0..samples.max(1) {
             let z0 = self.initial_logits(b, n, rng)?;
             let th = self.think(&ctx, &z0, steps, 1.0)?;
-            let (z, e) = (th.logits[steps].clone(), th.energies[steps].clone());
+            let z = th.logits[steps].clone();
+            let e = match verify {
+                Verify::MinEnergy => th.energies[steps].clone(),
+                Verify::MaxGap => (&th.energies[steps] - &th.energies[0])?,
+            };
             best = Some(match best {
                 None => (z, e),
                 Some((bz, be)) => {

@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod ebt;
+pub mod ebt_session;
 pub mod energy;
 pub mod error;
 pub mod format;

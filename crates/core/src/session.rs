@@ -5,6 +5,7 @@
 
 use candle_core::{DType, Device, Tensor};
 
+use crate::ebt::Verify;
 use crate::layout::WeightLayout;
 use crate::projection::{project, top2_directions};
 use crate::{Checkpoint, ForwardOpts, Model, Result, Vocab};
@@ -16,6 +17,27 @@ pub struct StepOpts {
     /// Early exit (engine only): a character stops descending once
     /// |E(t) - E(t-1)| < tol. The CPU reference ignores it.
     pub early_exit: Option<f32>,
+    /// How an EBT thinks (ignored by NRGPT and GPT).
+    pub ebt: EbtThinkOpts,
+}
+
+/// EBT inference: candidates, how one is chosen, and how descent may stop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EbtThinkOpts {
+    /// Candidates thought per character (Best-of-N); 1 = no verification.
+    pub samples: usize,
+    pub verify: Verify,
+    /// Reject a step that raises the energy, and stop there.
+    pub accept_lower: bool,
+    /// Seeds the candidates' starting noise (character i of a sequence draws
+    /// from its own stream, so decoders that skip work still agree).
+    pub seed: u64,
+}
+
+impl Default for EbtThinkOpts {
+    fn default() -> Self {
+        Self { samples: 1, verify: Verify::MinEnergy, accept_lower: false, seed: 0 }
+    }
 }
 
 /// The window policy every decoder shares: when the window is full, keep its
@@ -43,6 +65,10 @@ pub struct TokenTrace {
     pub proj: Vec<[f32; 2]>,
     /// Steps the character actually used (T unless it exited early).
     pub steps_used: usize,
+    /// EBT: each candidate's energy over its thinking steps (empty otherwise);
+    /// `energies` and `step_logits` follow candidate `chosen`.
+    pub candidates: Vec<Vec<f32>>,
+    pub chosen: usize,
 }
 
 pub struct Session {
@@ -93,6 +119,6 @@ impl Session {
             Some(e) => e.narrow(2, n - 1, 1)?.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?,
             None => Vec::new(),
         };
-        Ok(TokenTrace { logits: last(&f.logits)?, energies, step_logits, proj, steps_used: f.states.len() - 1 })
+        Ok(TokenTrace { logits: last(&f.logits)?, energies, step_logits, proj, steps_used: f.states.len() - 1, ..Default::default() })
     }
 }

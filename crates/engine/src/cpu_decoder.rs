@@ -19,7 +19,7 @@ pub struct CpuDecoder {
 }
 
 /// `y[i] = sum_j W[i][j] x[j] (+ b[i])` for row-major W (rows x x.len()).
-fn matvec(w: &[f32], x: &[f32], b: Option<&[f32]>) -> Vec<f32> {
+pub(crate) fn matvec(w: &[f32], x: &[f32], b: Option<&[f32]>) -> Vec<f32> {
     let cols = x.len();
     (0..w.len() / cols)
         .map(|i| w[i * cols..(i + 1) * cols].iter().zip(x).map(|(a, b)| a * b).sum::<f32>() + b.map_or(0.0, |b| b[i]))
@@ -27,7 +27,7 @@ fn matvec(w: &[f32], x: &[f32], b: Option<&[f32]>) -> Vec<f32> {
 }
 
 /// `y[j] = sum_i W[i][j] x[i]`: the transposed product.
-fn matvec_t(w: &[f32], x: &[f32], cols: usize) -> Vec<f32> {
+pub(crate) fn matvec_t(w: &[f32], x: &[f32], cols: usize) -> Vec<f32> {
     let mut y = vec![0f32; cols];
     for (i, xi) in x.iter().enumerate() {
         for (yj, wij) in y.iter_mut().zip(&w[i * cols..(i + 1) * cols]) {

@@ -400,6 +400,7 @@ impl GpuDecoder {
             proj: (0..used).map(|t| [out[proj_at + 2 * t], out[proj_at + 2 * t + 1]]).collect(),
             step_logits,
             steps_used,
+            ..Default::default()
         })
     }
 

@@ -5,14 +5,16 @@
 
 pub mod cpu_decoder;
 pub mod decode_params;
+pub mod ebt_decoder;
 pub mod gpu_decoder;
 
 use cpu_decoder::CpuDecoder;
+use ebt_decoder::EbtDecoder;
 use decode_params::DecodeParams;
 use gpu_decoder::GpuDecoder;
 use nrgpt_core::format::PackedCheckpoint;
-use nrgpt_core::session::{slide_window, StepOpts};
-use nrgpt_core::{Error, ModelConfig, Result, Vocab};
+use nrgpt_core::session::{slide_window, EbtThinkOpts, StepOpts};
+use nrgpt_core::{Arch, Error, ModelConfig, Result, Vocab};
 
 pub use nrgpt_core::session::TokenTrace as Trace;
 
@@ -38,10 +40,11 @@ pub struct DecoderOpts {
     pub force_cpu: bool,
 }
 
-/// The implementation that descends.
+/// The implementation that descends (NRGPT) or thinks (EBT).
 enum Runner {
     Cpu(CpuDecoder),
     Gpu(GpuDecoder),
+    Ebt(EbtDecoder),
 }
 
 /// Incremental decoding of one sequence: feed characters, get each one's descent.
@@ -54,6 +57,9 @@ pub struct Decoder {
     window: Vec<u32>,
     steps: usize,
     tol: Option<f32>,
+    ebt: EbtThinkOpts,
+    /// Characters fed since the reset: an EBT's candidates draw their noise by it.
+    fed: u64,
 }
 
 impl Decoder {
@@ -61,21 +67,27 @@ impl Decoder {
     pub async fn new(bytes: &[u8], opts: DecoderOpts) -> Result<Self> {
         // the one parse: the GPU uploads its packed codes, the CPU runs their f32 values
         let file = PackedCheckpoint::from_bytes(bytes)?;
-        let params = DecodeParams::from_packed(&file)?;
         let steps = file.config.steps;
-        let (runner, backend) = if opts.force_cpu {
-            (Runner::Cpu(CpuDecoder::new(params, steps)), Backend::Cpu { reason: "GPU not requested".into() })
+        let (runner, backend) = if file.config.arch == Arch::Ebt {
+            let reason = "an EBT thinks on the CPU engine: its WGSL kernels are not written yet".into();
+            (Runner::Ebt(EbtDecoder::new(&file)?), Backend::Cpu { reason })
         } else {
-            match GpuDecoder::new(&file, &params, steps).await {
-                Ok(g) => {
-                    let adapter = g.adapter_name().to_string();
-                    (Runner::Gpu(g), Backend::Gpu { adapter })
+            let params = DecodeParams::from_packed(&file)?;
+            if opts.force_cpu {
+                (Runner::Cpu(CpuDecoder::new(params, steps)), Backend::Cpu { reason: "GPU not requested".into() })
+            } else {
+                match GpuDecoder::new(&file, &params, steps).await {
+                    Ok(g) => {
+                        let adapter = g.adapter_name().to_string();
+                        (Runner::Gpu(g), Backend::Gpu { adapter })
+                    }
+                    Err(Error::NoGpu(reason)) => (Runner::Cpu(CpuDecoder::new(params, steps)), Backend::Cpu { reason }),
+                    Err(e) => return Err(e),
                 }
-                Err(Error::NoGpu(reason)) => (Runner::Cpu(CpuDecoder::new(params, steps)), Backend::Cpu { reason }),
-                Err(e) => return Err(e),
             }
         };
-        Ok(Self { runner, backend, vocab: file.vocab, cfg: file.config, window: Vec::new(), steps, tol: None })
+        let ebt = EbtThinkOpts::default();
+        Ok(Self { runner, backend, vocab: file.vocab, cfg: file.config, window: Vec::new(), steps, tol: None, ebt, fed: 0 })
     }
 
     pub fn backend(&self) -> &Backend {
@@ -92,9 +104,15 @@ impl Decoder {
 
     pub fn reset(&mut self) {
         self.window.clear();
+        self.fed = 0;
+        self.reset_runner();
+    }
+
+    fn reset_runner(&mut self) {
         match &mut self.runner {
             Runner::Cpu(d) => d.reset(),
             Runner::Gpu(d) => d.reset(),
+            Runner::Ebt(d) => d.reset(),
         }
     }
 
@@ -102,7 +120,7 @@ impl Decoder {
     pub fn dispatches(&self) -> u64 {
         match &self.runner {
             Runner::Gpu(d) => d.dispatches(),
-            Runner::Cpu(_) => 0,
+            Runner::Cpu(_) | Runner::Ebt(_) => 0,
         }
     }
 
@@ -126,6 +144,7 @@ impl Decoder {
             let take = (block - self.window.len()).min(tokens.len() - i);
             let chunk = &tokens[i..i + take];
             self.window.extend_from_slice(chunk);
+            self.fed += take as u64;
             last = Some(self.decode(chunk).await?);
             i += take;
         }
@@ -136,12 +155,18 @@ impl Decoder {
     /// window must be recomputed under them.
     async fn apply_opts(&mut self, opts: &StepOpts) -> Result<bool> {
         let steps = opts.steps.unwrap_or(self.cfg.steps).max(1);
+        if let Runner::Ebt(_) = self.runner {
+            // the cached real stream does not depend on how the candidates think
+            (self.steps, self.tol, self.ebt) = (steps, opts.early_exit, opts.ebt.clone());
+            return Ok(false);
+        }
         let changed = steps != self.steps || opts.early_exit != self.tol;
         if steps != self.steps {
             self.steps = steps;
             match &mut self.runner {
                 Runner::Cpu(d) => *d = CpuDecoder::new(d.params().clone(), steps),
                 Runner::Gpu(d) => d.set_steps(steps).await?,
+                Runner::Ebt(_) => unreachable!("an EBT returned above"),
             }
         }
         self.tol = opts.early_exit;
@@ -153,6 +178,10 @@ impl Decoder {
         match &mut self.runner {
             Runner::Cpu(d) => Ok(tokens.iter().map(|&t| d.push(t, self.tol)).last().unwrap_or_default()),
             Runner::Gpu(d) => d.push_many(tokens, self.tol).await,
+            Runner::Ebt(d) => {
+                tokens.iter().for_each(|&t| d.append(t));
+                d.think(self.fed - 1, self.steps, self.tol, &self.ebt)
+            }
         }
     }
 
@@ -169,6 +198,7 @@ impl Decoder {
         let mut refill = self.apply_opts(opts).await?;
         refill |= slide_window(&mut self.window, self.cfg.block_size);
         self.window.push(token);
+        self.fed += 1;
         if refill {
             return self.refill().await;
         }
@@ -177,10 +207,7 @@ impl Decoder {
 
     /// Recomputes the whole window from position 0 (after a slide or a change of T or tolerance).
     async fn refill(&mut self) -> Result<Trace> {
-        match &mut self.runner {
-            Runner::Cpu(d) => d.reset(),
-            Runner::Gpu(d) => d.reset(),
-        }
+        self.reset_runner();
         let all = self.window.clone();
         self.decode(&all).await
     }

@@ -1,0 +1,179 @@
+//! Does thinking help? An EBT's loss on a text against thinking steps S and
+//! candidates N (kept per character by self-verification), and how well a
+//! character's final energy predicts its loss. One pass per window batch
+//! thinks the largest N candidates for the largest S steps; every smaller
+//! (S, N) is read off the same trajectories (the first N candidates' step S).
+
+use anyhow::{ensure, Result};
+use candle_core::{DType, Device, Tensor, D};
+use nrgpt_core::ebt::{Ebt, Verify};
+use nrgpt_core::ops::softmax_lse;
+use nrgpt_core::rng::Rng64;
+
+use crate::data::all_windows;
+
+/// The noise stream of the table's candidates (fixed: reruns agree).
+const STREAM_TABLE: u64 = 0x7AB1E;
+
+pub struct TableSpec {
+    pub steps: Vec<usize>,
+    pub samples: Vec<usize>,
+    pub verify: Verify,
+    pub batch: usize,
+}
+
+/// Loss (nats/char) at `steps` thinking steps with the best of `samples` candidates.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Cell {
+    pub steps: usize,
+    pub samples: usize,
+    pub loss: f64,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TextTable {
+    pub chars: usize,
+    pub cells: Vec<Cell>,
+    /// Pearson correlation of a character's final energy with its loss
+    /// (one candidate, the trained step count).
+    pub energy_loss_corr: f64,
+    /// Up to 2,000 (energy, loss) pairs of that correlation, for a plot.
+    #[serde(skip)]
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Per-position cross-entropy of softmax(z) (B, n, V) against `y` (B, n), flattened.
+fn char_losses(z: &Tensor, y: &Tensor) -> Result<Vec<f64>> {
+    let (_, lse) = softmax_lse(z)?;
+    let picked = z.gather(&y.unsqueeze(D::Minus1)?, D::Minus1)?.squeeze(D::Minus1)?;
+    Ok((lse - picked)?.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?)
+}
+
+fn flat(t: &Tensor) -> Result<Vec<f64>> {
+    Ok(t.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?)
+}
+
+pub fn pearson(xs: &[(f64, f64)]) -> f64 {
+    let n = xs.len() as f64;
+    let (mx, my) = (xs.iter().map(|p| p.0).sum::<f64>() / n, xs.iter().map(|p| p.1).sum::<f64>() / n);
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (x, y) in xs {
+        sxy += (x - mx) * (y - my);
+        sxx += (x - mx) * (x - mx);
+        syy += (y - my) * (y - my);
+    }
+    sxy / (sxx * syy).sqrt()
+}
+
+/// The table of `spec` over every non-overlapping window of `data`;
+/// `progress(done, total)` after each window batch.
+pub fn thinking_table(ebt: &Ebt, data: &[u32], spec: &TableSpec, progress: &mut dyn FnMut(usize, usize)) -> Result<TextTable> {
+    ensure!(!spec.steps.is_empty() && !spec.samples.is_empty(), "give at least one step count and one candidate count");
+    ensure!(spec.samples.iter().all(|&n| n >= 1), "a candidate count is at least 1");
+    ensure!(spec.batch >= 1, "--batch is at least 1");
+    let block = ebt.cfg.block_size;
+    let windows = all_windows(data, block);
+    ensure!(!windows.is_empty(), "the text has no full window of {} characters", block + 1);
+    let (s_max, n_max) = (*spec.steps.iter().max().unwrap(), *spec.samples.iter().max().unwrap());
+    let trained = ebt.cfg.steps;
+    let mut sums = vec![0.0; spec.steps.len() * spec.samples.len()];
+    let mut pairs = Vec::new();
+    let mut count = 0usize;
+    for (done, chunk) in windows.chunks(spec.batch).enumerate() {
+        let b = chunk.len();
+        let x: Vec<u32> = chunk.iter().flat_map(|(x, _)| x.iter().copied()).collect();
+        let y: Vec<u32> = chunk.iter().flat_map(|(_, y)| y.iter().copied()).collect();
+        let x = Tensor::from_vec(x, (b, block), &Device::Cpu)?;
+        let y = Tensor::from_vec(y, (b, block), &Device::Cpu)?;
+        let ctx = ebt.context(&x)?;
+        let mut rng = Rng64::derive(STREAM_TABLE, done as u64);
+        // per candidate, per step of interest: (char losses, energies); and E at step 0
+        let mut cand: Vec<(Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>)> = Vec::with_capacity(n_max);
+        for c in 0..n_max {
+            let z0 = ebt.initial_logits(b, block, &mut rng)?;
+            let th = ebt.think(&ctx, &z0, s_max.max(trained), 1.0)?;
+            let losses = spec.steps.iter().map(|&s| char_losses(&th.logits[s], &y)).collect::<Result<Vec<_>>>()?;
+            let energies = spec.steps.iter().map(|&s| flat(&th.energies[s])).collect::<Result<Vec<_>>>()?;
+            if c == 0 {
+                let (l, e) = (char_losses(&th.logits[trained], &y)?, flat(&th.energies[trained])?);
+                pairs.extend(e.into_iter().zip(l));
+            }
+            cand.push((flat(&th.energies[0])?, losses, energies));
+        }
+        for (si, _) in spec.steps.iter().enumerate() {
+            for (ni, &n) in spec.samples.iter().enumerate() {
+                for pos in 0..b * block {
+                    // self-verification: per character, the lowest final energy or the largest drop
+                    let score = |c: usize| match spec.verify {
+                        Verify::MinEnergy => cand[c].2[si][pos],
+                        Verify::MaxGap => cand[c].2[si][pos] - cand[c].0[pos],
+                    };
+                    let best = (1..n).fold(0, |best, c| if score(c) < score(best) { c } else { best });
+                    sums[si * spec.samples.len() + ni] += cand[best].1[si][pos];
+                }
+            }
+        }
+        count += b * block;
+        progress(done * spec.batch + b, windows.len());
+    }
+    let mut cells = Vec::new();
+    for (si, &steps) in spec.steps.iter().enumerate() {
+        for (ni, &samples) in spec.samples.iter().enumerate() {
+            cells.push(Cell { steps, samples, loss: sums[si * spec.samples.len() + ni] / count as f64 });
+        }
+    }
+    let energy_loss_corr = pearson(&pairs);
+    let stride = (pairs.len() / 2000).max(1);
+    let points = pairs.into_iter().step_by(stride).collect();
+    Ok(TextTable { chars: count, cells, energy_loss_corr, points })
+}
+
+/// The table as Markdown: one row per candidate count, one column per step count.
+pub fn markdown(name: &str, t: &TextTable, spec: &TableSpec) -> String {
+    let mut out = format!("{name} ({} characters; energy-loss correlation {:.3})\n\n| N \\ S |", t.chars, t.energy_loss_corr);
+    for s in &spec.steps {
+        out += &format!(" {s} |");
+    }
+    out += "\n|---|";
+    out += &"---|".repeat(spec.steps.len());
+    for &n in &spec.samples {
+        out += &format!("\n| {n} |");
+        for &s in &spec.steps {
+            let c = t.cells.iter().find(|c| c.steps == s && c.samples == n).expect("every cell is computed");
+            out += &format!(" {:.4} |", c.loss);
+        }
+    }
+    out + "\n"
+}
+
+/// A scatter plot of (energy, loss) per character, as a standalone SVG.
+pub fn scatter_svg(title: &str, points: &[(f64, f64)]) -> String {
+    let (w, h, m) = (480.0, 320.0, 48.0);
+    let range = |f: fn(&(f64, f64)) -> f64| {
+        let (lo, hi) = points.iter().map(f).fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+        if hi > lo {
+            (lo, hi)
+        } else {
+            (lo - 1.0, lo + 1.0)
+        }
+    };
+    let ((x0, x1), (y0, y1)) = (range(|p| p.0), range(|p| p.1));
+    let sx = |x: f64| m + (x - x0) / (x1 - x0) * (w - 2.0 * m);
+    let sy = |y: f64| h - m - (y - y0) / (y1 - y0) * (h - 2.0 * m);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"11\">\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/><text x=\"{m}\" y=\"20\" font-size=\"13\">{title}</text>\
+         <line x1=\"{m}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"black\"/><line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{b}\" stroke=\"black\"/>\
+         <text x=\"{cx}\" y=\"{h2}\" text-anchor=\"middle\">final energy ({x0:.2} .. {x1:.2})</text>\
+         <text x=\"14\" y=\"{cy}\" transform=\"rotate(-90 14 {cy})\" text-anchor=\"middle\">loss, nats ({y0:.2} .. {y1:.2})</text>",
+        b = h - m,
+        r = w - m,
+        cx = w / 2.0,
+        h2 = h - 12.0,
+        cy = h / 2.0
+    );
+    for &(x, y) in points {
+        s += &format!("<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"1.5\" fill=\"#3366cc\" fill-opacity=\"0.4\"/>", sx(x), sy(y));
+    }
+    s + "</svg>\n"
+}

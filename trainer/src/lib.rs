@@ -4,6 +4,7 @@
 // Each unsafe operation gets its own block and SAFETY note, even inside an unsafe fn.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod cli_values;
 pub mod data;
 pub mod eval;
 pub mod export;

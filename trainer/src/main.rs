@@ -12,6 +12,8 @@ use nrgpt_core::model::num_params;
 use nrgpt_core::sample::{generate, SampleOpts};
 use nrgpt_core::{Activation, Arch, Checkpoint, EtaKind, ModelConfig, NormKind, Vocab};
 use serde::Serialize;
+use nrgpt_core::bounds::{MAX_BLOCK, MAX_D_MODEL, MAX_FF_MULT, MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS, MAX_STEPS};
+use trainer::cli_values::{count, dropout, non_negative, positive, temperature, top_p, MAX_SAMPLE_LEN};
 use trainer::data::Corpus;
 use trainer::eval::{full_loss, monotone_fraction};
 use trainer::net::{Net, Thinking};
@@ -65,43 +67,43 @@ struct TrainArgs {
     /// nrgpt-ff2w | nrgpt-ff1 | gpt | gpt-rec | ebt
     #[arg(long, default_value = "nrgpt-ff2w")]
     model: Arch,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = count(1, MAX_D_MODEL))]
     d_model: usize,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = count(1, MAX_HEADS))]
     heads: usize,
     /// Query/key width per head (default d_model / heads).
-    #[arg(long)]
+    #[arg(long, value_parser = count(1, MAX_HEAD_DIM))]
     head_dim: Option<usize>,
     /// Recursion steps T (NRGPT, gpt-rec), layers (gpt) or thinking steps (ebt).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = count(1, MAX_STEPS))]
     steps: usize,
     /// Layers of EBT's energy network.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = count(1, MAX_LAYERS))]
     layers: usize,
     /// Std of EBT's initial candidate logits (0: think from the uniform distribution).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = non_negative)]
     ebt_noise: f64,
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = count(1, MAX_BLOCK))]
     block: usize,
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = count(1, 1 << 16))]
     batch: usize,
     /// Iterations (default 2000; on --resume, the run's own, or more to extend it).
-    #[arg(long)]
+    #[arg(long, value_parser = count(1, 1 << 40))]
     iters: Option<usize>,
-    #[arg(long, default_value_t = 3e-3)]
+    #[arg(long, default_value_t = 3e-3, value_parser = positive)]
     lr: f64,
     /// Final learning rate of the cosine (default lr / 10).
-    #[arg(long)]
+    #[arg(long, value_parser = non_negative)]
     min_lr: Option<f64>,
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = count(0, 1 << 40))]
     warmup: usize,
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, value_parser = non_negative)]
     weight_decay: f64,
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = dropout)]
     dropout: f64,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = positive)]
     grad_clip: f64,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = count(1, MAX_FF_MULT))]
     ff_mult: usize,
     /// layer-norm | rms-norm
     #[arg(long, default_value = "layer-norm", value_parser = parse_norm)]
@@ -112,9 +114,9 @@ struct TrainArgs {
     /// gelu | relu
     #[arg(long, default_value = "gelu", value_parser = parse_act)]
     activation: Activation,
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 250, value_parser = count(1, 1 << 40))]
     eval_every: usize,
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = count(1, 1 << 20))]
     eval_iters: usize,
     #[arg(long, default_value_t = 1337)]
     seed: u64,
@@ -144,7 +146,7 @@ struct CkptOnData {
     #[arg(long, default_value = "data/tinyshakespeare/input.txt")]
     data: PathBuf,
     /// Recursion steps to run (default: the checkpoint's).
-    #[arg(long)]
+    #[arg(long, value_parser = count(1, MAX_STEPS))]
     steps: Option<usize>,
 }
 
@@ -152,16 +154,17 @@ struct CkptOnData {
 struct EvalArgs {
     #[command(flatten)]
     on: CkptOnData,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = count(1, 1 << 16))]
     batch: usize,
     /// Which split: val (default) or train (the overfitting gap).
     #[arg(long, default_value = "val", value_parser = ["val", "train"])]
     split: String,
-    /// Only the first N characters of the split (default: all of it).
-    #[arg(long)]
+    /// Only the first N characters of the split (default: all of it); at
+    /// least one window (block size + 1).
+    #[arg(long, value_parser = count(2, usize::MAX))]
     max_chars: Option<usize>,
     /// EBT: candidates thought per character, the lowest final energy kept (self-verification).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count(1, 1024))]
     samples: usize,
 }
 
@@ -170,10 +173,10 @@ struct EnergyArgs {
     #[command(flatten)]
     on: CkptOnData,
     /// Steps treated as the transient: monotonicity is judged from this step on.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count(0, MAX_STEPS))]
     skip: usize,
     /// Validation windows to measure.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = count(1, 1 << 16))]
     windows: usize,
 }
 
@@ -183,13 +186,16 @@ struct SampleArgs {
     ckpt: PathBuf,
     #[arg(long, default_value = "ROMEO:\n")]
     prompt: String,
-    #[arg(long, default_value_t = 300)]
+    /// Characters to generate (at most 100000).
+    #[arg(long, default_value_t = 300, value_parser = count(1, MAX_SAMPLE_LEN))]
     len: usize,
-    #[arg(long, default_value_t = 0.8)]
+    /// 0: greedy.
+    #[arg(long, default_value_t = 0.8, value_parser = temperature)]
     temperature: f32,
-    #[arg(long)]
+    /// Keep the k most likely characters (0 or absent: all, as on the page).
+    #[arg(long, value_parser = count(0, usize::MAX))]
     top_k: Option<usize>,
-    #[arg(long)]
+    #[arg(long, value_parser = top_p)]
     top_p: Option<f32>,
     #[arg(long, default_value_t = 1337)]
     seed: u64,
@@ -268,8 +274,8 @@ fn train(a: TrainArgs, json: bool) -> Result<()> {
         weight_decay: a.weight_decay,
         dropout: a.dropout,
         grad_clip: a.grad_clip,
-        eval_every: a.eval_every.max(1),
-        eval_iters: a.eval_iters.max(1),
+        eval_every: a.eval_every,
+        eval_iters: a.eval_iters,
         seed: a.seed,
     };
     let paths = RunPaths { dir: a.out.unwrap_or_else(|| PathBuf::from("runs").join(a.model.name())) };

@@ -6,10 +6,12 @@
 
 pub mod cli_values;
 pub mod data;
+pub mod divergence;
 pub mod eval;
 pub mod export;
 pub mod fast;
 pub mod net;
 pub mod optim;
+pub mod resume;
 pub mod train;
 pub mod vocab_file;

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use nrgpt_core::format::Scheme;
 use nrgpt_core::model::num_params;
 use nrgpt_core::sample::{generate, SampleOpts};
@@ -19,6 +20,7 @@ use trainer::eval::{full_loss, monotone_fraction};
 use trainer::net::{Net, Thinking};
 use trainer::export::export;
 use trainer::fast::TrainBackend;
+use trainer::resume::Requested;
 use trainer::train::{run, RunPaths, Start, TrainSettings, TrainState};
 use trainer::vocab_file::tokenizer_json;
 
@@ -101,7 +103,8 @@ struct TrainArgs {
     weight_decay: f64,
     #[arg(long, default_value_t = 0.0, value_parser = dropout)]
     dropout: f64,
-    #[arg(long, default_value_t = 1.0, value_parser = positive)]
+    /// Largest global gradient norm (0: no clipping).
+    #[arg(long, default_value_t = 1.0, value_parser = non_negative)]
     grad_clip: f64,
     #[arg(long, default_value_t = 4, value_parser = count(1, MAX_FF_MULT))]
     ff_mult: usize,
@@ -254,7 +257,8 @@ struct TrainReport {
     log: PathBuf,
 }
 
-fn train(a: TrainArgs, json: bool) -> Result<()> {
+/// `given`: the clap ids of the options on the command line (a resumed run checks them).
+fn train(a: TrainArgs, given: Vec<String>, json: bool) -> Result<()> {
     let vocab = load_vocab(&a.vocab)?;
     let corpus = Corpus::load(&a.data, &vocab)?;
     let mut cfg = ModelConfig::new(a.model, vocab.len(), a.d_model, a.heads, a.steps, a.block);
@@ -279,7 +283,7 @@ fn train(a: TrainArgs, json: bool) -> Result<()> {
         seed: a.seed,
     };
     let paths = RunPaths { dir: a.out.unwrap_or_else(|| PathBuf::from("runs").join(a.model.name())) };
-    let start = if a.resume { Start::Resume { iters: a.iters } } else { Start::Fresh(cfg, settings) };
+    let start = if a.resume { Start::Resume { iters: a.iters, requested: Requested { cfg, settings, given } } } else { Start::Fresh(cfg, settings) };
     let t0 = Instant::now();
     let out = run(&corpus, &vocab, start, &paths, a.quiet, a.backend)?;
     if json {
@@ -409,10 +413,15 @@ fn energy(a: EnergyArgs, json: bool) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let json = cli.json;
     match cli.cmd {
-        Cmd::Train(a) => train(a, json),
+        Cmd::Train(a) => {
+            let m = matches.subcommand_matches("train").context("the train subcommand's matches")?;
+            let given = m.ids().map(|id| id.to_string()).filter(|id| m.value_source(id) == Some(ValueSource::CommandLine)).collect();
+            train(a, given, json)
+        }
         Cmd::Eval(a) => eval(a, json),
         Cmd::Energy(a) => energy(a, json),
         Cmd::Sample(a) => {

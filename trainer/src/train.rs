@@ -15,6 +15,8 @@ use nrgpt_core::{Arch, Checkpoint, ModelConfig, Vocab};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{random_batch, random_batch_ids, Corpus};
+use crate::divergence::LossWatch;
+use crate::resume::{check_flags, check_vocab, resumed_iters, Requested};
 use crate::eval::estimate_loss;
 use crate::fast::{self, FastModel, TrainBackend};
 use crate::net::Net;
@@ -200,8 +202,9 @@ pub struct Outcome {
 /// How a run starts.
 pub enum Start {
     Fresh(ModelConfig, TrainSettings),
-    /// Continue the run in the folder with its saved settings; `iters` extends it.
-    Resume { iters: Option<usize> },
+    /// Continue the run in the folder with its saved settings; `iters` extends
+    /// it, and `requested` must agree with what the run stored.
+    Resume { iters: Option<usize>, requested: Requested },
 }
 
 /// Trains a fresh model, or continues the run in `paths` exactly where its
@@ -210,12 +213,17 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
     let dev = Device::Cpu;
     std::fs::create_dir_all(&paths.dir).with_context(|| format!("creating {}", paths.dir.display()))?;
     let (cfg, settings, weights, opt_state) = match start {
-        Start::Resume { iters } => {
-            let bytes = std::fs::read(paths.ckpt()).with_context(|| format!("reading {} to resume", paths.ckpt().display()))?;
-            let ck = Checkpoint::from_bytes(&bytes, DType::F32, &dev).with_context(|| format!("loading {}", paths.ckpt().display()))?;
-            let state: TrainState = serde_json::from_str(ck.meta.get("train_state").context("checkpoint has no train_state")?)?;
+        Start::Resume { iters, requested } => {
+            let path = paths.ckpt();
+            let bytes = std::fs::read(&path).with_context(|| format!("reading {} to resume", path.display()))?;
+            let ck = Checkpoint::from_bytes(&bytes, DType::F32, &dev).with_context(|| format!("loading {}", path.display()))?;
+            let state: TrainState = serde_json::from_str(ck.meta.get("train_state").context("checkpoint has no train_state")?)
+                .with_context(|| format!("parsing the train_state of {}", path.display()))?;
+            state.settings.validate().with_context(|| format!("resuming {}", path.display()))?;
+            check_flags(&ck.config, &state.settings, &requested)?;
+            check_vocab(&ck.vocab, vocab)?;
             let mut s = state.settings.clone();
-            s.iters = iters.unwrap_or(s.iters).max(state.iter);
+            s.iters = resumed_iters(s.iters, state.iter, iters)?;
             (ck.config, s, ck.weights, Some((ck.extra, state.iter)))
         }
         Start::Fresh(cfg, settings) => {
@@ -238,7 +246,8 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
             0
         }
     };
-    let mut log = std::fs::OpenOptions::new().append(true).open(paths.log())?;
+    let mut log = std::fs::OpenOptions::new().append(true).open(paths.log()).with_context(|| format!("opening {}", paths.log().display()))?;
+    let mut watch = LossWatch::new(cfg.vocab_size, start, settings.lr);
     let s = &settings;
     let pb = if quiet { ProgressBar::hidden() } else { ProgressBar::new(s.iters as u64) };
     pb.set_style(ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]")?);
@@ -265,6 +274,9 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
             let m = Net::new(&cfg, &learner.weights()?)?;
             last_train = estimate_loss(&m, &corpus.train, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
             last_val = estimate_loss(&m, &corpus.val, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
+            // checked before anything of this state is logged or saved
+            watch.check(iter, "train-split estimate", last_train)?;
+            watch.check(iter, "val loss", last_val)?;
             writeln!(log, "{iter},,,,{last_train},{last_val},,{:.3}", t0.elapsed().as_secs_f64())?;
             let line = format!("iter {iter:>6}: train {last_train:.4}  val {last_val:.4}");
             if quiet {
@@ -281,9 +293,7 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
         let step_t = Instant::now();
         let lr = lr_at(iter, s.lr, s.min_lr, s.warmup, s.iters);
         let (loss_v, gnorm) = learner.train_step(corpus, &cfg, s, iter, lr)?;
-        if !loss_v.is_finite() {
-            bail!("loss became {loss_v} at iteration {iter}; try a lower --lr");
-        }
+        watch.step(iter, loss_v)?;
         train_time += step_t.elapsed().as_secs_f64();
         trained_tokens += s.batch * cfg.block_size;
         let tps = trained_tokens as f64 / train_time;

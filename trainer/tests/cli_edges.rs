@@ -48,6 +48,7 @@ fn out_of_range_options_are_usage_errors() {
         ("--eval-iters", "0"),
         ("--dropout", "1"),
         ("--grad-clip", "inf"),
+        ("--grad-clip", "-1"),
         ("--weight-decay", "-0.1"),
         ("--ff-mult", "0"),
     ] {

@@ -10,6 +10,7 @@ pub mod divergence;
 pub mod eval;
 pub mod export;
 pub mod fast;
+pub mod files;
 pub mod net;
 pub mod optim;
 pub mod resume;

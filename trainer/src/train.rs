@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::{random_batch, random_batch_ids, Corpus};
 use crate::divergence::LossWatch;
+use crate::files::{write_atomic, RunLock};
 use crate::resume::{check_flags, check_vocab, resumed_iters, Requested};
 use crate::eval::estimate_loss;
 use crate::fast::{self, FastModel, TrainBackend};
@@ -66,19 +67,6 @@ const STREAM_DROPOUT: u64 = 0xD50;
 const STREAM_EVAL: u64 = 0xE7A1;
 /// The noise an EBT starts its training candidates from.
 const STREAM_EBT: u64 = 0xEB7;
-
-/// Writes `bytes` to `path` via a temp file and a rename, so a crash leaves
-/// either the old file or the new one, never half of one.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    Ok(())
-}
 
 fn save(paths: &RunPaths, cfg: &ModelConfig, vocab: &Vocab, learner: &Learner, state: &TrainState) -> Result<()> {
     let mut meta = BTreeMap::new();
@@ -212,6 +200,7 @@ pub enum Start {
 pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet: bool, backend: TrainBackend) -> Result<Outcome> {
     let dev = Device::Cpu;
     std::fs::create_dir_all(&paths.dir).with_context(|| format!("creating {}", paths.dir.display()))?;
+    let _lock = RunLock::acquire(&paths.dir)?;
     let (cfg, settings, weights, opt_state) = match start {
         Start::Resume { iters, requested } => {
             let path = paths.ckpt();

@@ -106,3 +106,31 @@ fn resume_refuses_what_it_cannot_honour() {
     let err = stderr(&o);
     assert!(!o.status.success() && err.contains("stored setting `eval_every` is 0") && !err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn a_second_trainer_on_a_run_folder_is_refused_and_a_kill_frees_it() {
+    let out = tmp("lock");
+    let mut first = Command::new(env!("CARGO_BIN_EXE_trainer"))
+        .current_dir(root(""))
+        .arg("train")
+        .args(TINY)
+        .args(["--iters", "1000000", "--quiet", "--out"])
+        .arg(&out)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !out.join("ckpt.safetensors").exists() {
+        assert!(t0.elapsed().as_secs() < 120, "the first trainer never saved");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = train(&out, &["--resume"]);
+    let err = stderr(&o);
+    assert!(!o.status.success() && err.contains("another trainer is using"), "{err}");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // the OS dropped the killed trainer's lock: resuming works
+    let done = iter_of(&load(&out));
+    let o = train(&out, &["--resume", "--iters", &(done + 1).to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

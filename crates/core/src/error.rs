@@ -18,6 +18,8 @@ pub enum Error {
     /// A stored value breaking its tensor's rule ([`crate::bounds::ValueRule`]).
     #[error("tensor `{name}` element {index} is {value:e}: {rule}")]
     TensorValue { name: String, index: usize, value: f32, rule: String },
+    #[error("{0}")]
+    NonFinite(String),
     #[error("vocabulary: {0}")]
     Vocab(String),
     #[error("no usable GPU: {0}")]

@@ -150,10 +150,12 @@ impl Decoder {
 
     /// Runs `tokens` (already appended to the window) through the decoder.
     async fn decode(&mut self, tokens: &[u32]) -> Result<Trace> {
-        match &mut self.runner {
-            Runner::Cpu(d) => Ok(tokens.iter().map(|&t| d.push(t, self.tol)).last().unwrap_or_default()),
-            Runner::Gpu(d) => d.push_many(tokens, self.tol).await,
-        }
+        let trace = match &mut self.runner {
+            Runner::Cpu(d) => tokens.iter().map(|&t| d.push(t, self.tol)).last().unwrap_or_default(),
+            Runner::Gpu(d) => d.push_many(tokens, self.tol).await?,
+        };
+        trace.check_finite()?;
+        Ok(trace)
     }
 
     fn check_tokens(&self, tokens: &[u32]) -> Result<()> {

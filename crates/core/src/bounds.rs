@@ -166,7 +166,8 @@ mod tests {
     #[test]
     fn each_field_out_of_range_is_named() {
         let base = ModelConfig::new(Arch::NrgptFf2w, 65, 32, 2, 2, 16);
-        let cases: Vec<(&str, Box<dyn Fn(&mut ModelConfig)>)> = vec![
+        type Edit = Box<dyn Fn(&mut ModelConfig)>;
+        let cases: Vec<(&str, Edit)> = vec![
             ("vocab_size", Box::new(|c| c.vocab_size = 0)),
             ("d_model", Box::new(|c| c.d_model = usize::MAX - 3)),
             ("n_head", Box::new(|c| c.n_head = 0)),

@@ -225,7 +225,7 @@ fn check_checkpoint(bytes: &[u8]) -> Result<bool, String> {
     }
     for (i, spec) in p.layout.specs.iter().enumerate() {
         let v = p.values(i);
-        if v.len() != spec.numel() || v.iter().any(|x| !(x.abs() <= MAX_ABS_WEIGHT)) {
+        if v.len() != spec.numel() || v.iter().any(|x| x.is_nan() || x.abs() > MAX_ABS_WEIGHT) {
             return Err(format!("accepted `{}` with {} values, some out of bounds", spec.name, v.len()));
         }
     }

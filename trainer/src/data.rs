@@ -48,7 +48,7 @@ pub fn random_batch_ids(data: &[u32], batch: usize, block: usize, rng: &mut Rng6
 
 /// Non-overlapping windows covering the whole split (the last, shorter one dropped).
 pub fn all_windows(data: &[u32], block: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
-    (0..(data.len() - 1) / block)
+    (0..data.len().saturating_sub(1) / block)
         .map(|w| {
             let s = w * block;
             (data[s..s + block].to_vec(), data[s + 1..s + block + 1].to_vec())

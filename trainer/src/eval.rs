@@ -1,7 +1,7 @@
 //! Loss estimates: over random batches during training (as nanoGPT), and over
 //! the whole validation split for `trainer eval`.
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use candle_core::{Device, Tensor};
 use nrgpt_core::model::cross_entropy;
 use nrgpt_core::rng::Rng64;
@@ -31,6 +31,9 @@ pub fn estimate_loss(model: &Net, data: &[u32], batch: usize, iters: usize, seed
 pub fn full_loss(model: &Net, data: &[u32], batch: usize, think: Thinking, progress: &mut dyn FnMut(usize, usize)) -> Result<f64> {
     let block = model.cfg().block_size;
     let windows = all_windows(data, block);
+    if windows.is_empty() {
+        bail!("{} characters hold no full window: a loss needs at least the block size + 1 = {}", data.len(), block + 1);
+    }
     let mut total = 0.0;
     for (done, chunk) in windows.chunks(batch).enumerate() {
         let x: Vec<u32> = chunk.iter().flat_map(|(x, _)| x.iter().copied()).collect();
@@ -59,6 +62,9 @@ pub fn monotone_fraction(model: &Model, data: &[u32], windows: usize, steps: Opt
     let all = all_windows(data, model.cfg.block_size);
     let stride = (all.len() / windows.max(1)).max(1);
     let picked: Vec<u32> = all.iter().step_by(stride).take(windows).flat_map(|(x, _)| x.iter().copied()).collect();
+    if picked.is_empty() {
+        bail!("{} characters hold no full window of the block size {}", data.len(), model.cfg.block_size);
+    }
     let b = picked.len() / model.cfg.block_size;
     let x = Tensor::from_vec(picked, (b, model.cfg.block_size), &Device::Cpu)?;
     let f = model.forward(&x, ForwardOpts { steps, record: true, dropout: None })?;

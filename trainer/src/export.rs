@@ -10,7 +10,7 @@ use nrgpt_core::model::num_params;
 use nrgpt_core::format::Scheme;
 use nrgpt_core::Checkpoint;
 
-use crate::train::write_atomic;
+use crate::files::write_atomic;
 
 /// What an export wrote.
 pub struct Exported {

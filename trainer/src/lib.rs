@@ -4,12 +4,16 @@
 // Each unsafe operation gets its own block and SAFETY note, even inside an unsafe fn.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod cli_values;
 pub mod data;
+pub mod divergence;
 pub mod eval;
 pub mod export;
 pub mod fast;
+pub mod files;
 pub mod net;
 pub mod optim;
+pub mod resume;
 pub mod think_plan;
 pub mod thinking_table;
 pub mod train;

@@ -6,12 +6,15 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use nrgpt_core::format::Scheme;
 use nrgpt_core::model::num_params;
 use nrgpt_core::sample::{generate, SampleOpts};
 use nrgpt_core::{Activation, Arch, Checkpoint, EtaKind, ModelConfig, NormKind, Vocab};
 use serde::Serialize;
+use nrgpt_core::bounds::{MAX_BLOCK, MAX_D_MODEL, MAX_FF_MULT, MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS, MAX_STEPS};
+use trainer::cli_values::{non_negative_f32, count, dropout, non_negative, positive, temperature, top_p, MAX_SAMPLE_LEN};
 use trainer::data::Corpus;
 use trainer::eval::{full_loss, monotone_fraction};
 use trainer::net::{Net, Thinking};
@@ -20,6 +23,7 @@ use trainer::fast::TrainBackend;
 use nrgpt_core::ebt::Verify;
 use nrgpt_core::ebt_session::{generate_ebt, EbtSession};
 use nrgpt_core::session::{EbtThinkOpts, StepOpts};
+use trainer::resume::Requested;
 use trainer::think_plan::EbtRegularisers;
 use trainer::thinking_table::{markdown, scatter_svg, thinking_table, TableSpec};
 use trainer::train::{run, RunPaths, Start, TrainSettings, TrainState};
@@ -72,58 +76,59 @@ struct TrainArgs {
     /// nrgpt-ff2w | nrgpt-ff1 | gpt | gpt-rec | ebt
     #[arg(long, default_value = "nrgpt-ff2w")]
     model: Arch,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = count(1, MAX_D_MODEL))]
     d_model: usize,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = count(1, MAX_HEADS))]
     heads: usize,
     /// Query/key width per head (default d_model / heads).
-    #[arg(long)]
+    #[arg(long, value_parser = count(1, MAX_HEAD_DIM))]
     head_dim: Option<usize>,
     /// Recursion steps T (NRGPT, gpt-rec), layers (gpt) or thinking steps (ebt).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = count(1, MAX_STEPS))]
     steps: usize,
     /// Layers of EBT's energy network.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = count(1, MAX_LAYERS))]
     layers: usize,
     /// Std of EBT's initial candidate logits (0: think from the uniform distribution).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = non_negative)]
     ebt_noise: f64,
     /// EBT: std of the Langevin noise added to the candidate after every thinking step.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
     ebt_langevin: f64,
     /// EBT: draw each token's step size log-uniformly in [a/2, 2a].
     #[arg(long)]
     ebt_step_jitter: bool,
     /// EBT: each batch thinks S + a random 0..=N extra steps.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = count(0, 64))]
     ebt_extra_steps: usize,
     /// EBT: fraction of each batch that starts from the replay buffer of final candidates.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
     ebt_replay: f64,
     /// EBT: the step size's learning rate as a multiple of --lr.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = non_negative)]
     ebt_step_lr_mult: f64,
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = count(1, MAX_BLOCK))]
     block: usize,
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = count(1, 1 << 16))]
     batch: usize,
     /// Iterations (default 2000; on --resume, the run's own, or more to extend it).
-    #[arg(long)]
+    #[arg(long, value_parser = count(1, 1 << 40))]
     iters: Option<usize>,
-    #[arg(long, default_value_t = 3e-3)]
+    #[arg(long, default_value_t = 3e-3, value_parser = positive)]
     lr: f64,
     /// Final learning rate of the cosine (default lr / 10).
-    #[arg(long)]
+    #[arg(long, value_parser = non_negative)]
     min_lr: Option<f64>,
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = count(0, 1 << 40))]
     warmup: usize,
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, value_parser = non_negative)]
     weight_decay: f64,
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = dropout)]
     dropout: f64,
-    #[arg(long, default_value_t = 1.0)]
+    /// Largest global gradient norm (0: no clipping).
+    #[arg(long, default_value_t = 1.0, value_parser = non_negative)]
     grad_clip: f64,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = count(1, MAX_FF_MULT))]
     ff_mult: usize,
     /// layer-norm | rms-norm
     #[arg(long, default_value = "layer-norm", value_parser = parse_norm)]
@@ -134,9 +139,9 @@ struct TrainArgs {
     /// gelu | relu
     #[arg(long, default_value = "gelu", value_parser = parse_act)]
     activation: Activation,
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 250, value_parser = count(1, 1 << 40))]
     eval_every: usize,
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = count(1, 1 << 20))]
     eval_iters: usize,
     #[arg(long, default_value_t = 1337)]
     seed: u64,
@@ -166,7 +171,7 @@ struct CkptOnData {
     #[arg(long, default_value = "data/tinyshakespeare/input.txt")]
     data: PathBuf,
     /// Recursion steps to run (default: the checkpoint's).
-    #[arg(long)]
+    #[arg(long, value_parser = count(1, MAX_STEPS))]
     steps: Option<usize>,
 }
 
@@ -174,16 +179,17 @@ struct CkptOnData {
 struct EvalArgs {
     #[command(flatten)]
     on: CkptOnData,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = count(1, 1 << 16))]
     batch: usize,
     /// Which split: val (default) or train (the overfitting gap).
     #[arg(long, default_value = "val", value_parser = ["val", "train"])]
     split: String,
-    /// Only the first N characters of the split (default: all of it).
-    #[arg(long)]
+    /// Only the first N characters of the split (default: all of it); at
+    /// least one window (block size + 1).
+    #[arg(long, value_parser = count(2, usize::MAX))]
     max_chars: Option<usize>,
     /// EBT: candidates thought per character, the lowest final energy kept (self-verification).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count(1, 1024))]
     samples: usize,
     /// EBT self-verification: min (final energy) | max-gap (largest drop).
     #[arg(long, default_value = "min")]
@@ -201,18 +207,18 @@ struct ThinkArgs {
     #[arg(long)]
     ood: Vec<PathBuf>,
     /// Thinking step counts, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32", value_parser = count(0, MAX_STEPS))]
     steps: Vec<usize>,
     /// Candidate counts (best by self-verification), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16", value_parser = count(1, 256))]
     samples: Vec<usize>,
     /// Self-verification: min (final energy) | max-gap (largest drop).
     #[arg(long, default_value = "min")]
     verify: Verify,
     /// Only the first N characters of each text.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 20_000, value_parser = count(2, usize::MAX))]
     max_chars: usize,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = count(1, 1 << 16))]
     batch: usize,
     /// Write the energy-vs-loss scatter of the val split as SVG here.
     #[arg(long)]
@@ -224,10 +230,10 @@ struct EnergyArgs {
     #[command(flatten)]
     on: CkptOnData,
     /// Steps treated as the transient: monotonicity is judged from this step on.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count(0, MAX_STEPS))]
     skip: usize,
     /// Validation windows to measure.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = count(1, 1 << 16))]
     windows: usize,
 }
 
@@ -237,21 +243,24 @@ struct SampleArgs {
     ckpt: PathBuf,
     #[arg(long, default_value = "ROMEO:\n")]
     prompt: String,
-    #[arg(long, default_value_t = 300)]
+    /// Characters to generate (at most 100000).
+    #[arg(long, default_value_t = 300, value_parser = count(1, MAX_SAMPLE_LEN))]
     len: usize,
-    #[arg(long, default_value_t = 0.8)]
+    /// 0: greedy.
+    #[arg(long, default_value_t = 0.8, value_parser = temperature)]
     temperature: f32,
-    #[arg(long)]
+    /// Keep the k most likely characters (0 or absent: all, as on the page).
+    #[arg(long, value_parser = count(0, usize::MAX))]
     top_k: Option<usize>,
-    #[arg(long)]
+    #[arg(long, value_parser = top_p)]
     top_p: Option<f32>,
     #[arg(long, default_value_t = 1337)]
     seed: u64,
     /// EBT: thinking steps per character (default: as trained).
-    #[arg(long)]
+    #[arg(long, value_parser = count(0, MAX_STEPS))]
     steps: Option<usize>,
     /// EBT: candidates per character, the one self-verification prefers kept.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count(1, 256))]
     samples: usize,
     /// EBT self-verification: min (final energy) | max-gap (largest drop).
     #[arg(long, default_value = "min")]
@@ -260,7 +269,7 @@ struct SampleArgs {
     #[arg(long)]
     accept_lower: bool,
     /// EBT: stop a candidate's thinking once its energy changes by less than this.
-    #[arg(long)]
+    #[arg(long, value_parser = non_negative_f32)]
     early_exit: Option<f32>,
 }
 
@@ -317,7 +326,8 @@ struct TrainReport {
     log: PathBuf,
 }
 
-fn train(a: TrainArgs, json: bool) -> Result<()> {
+/// `given`: the clap ids of the options on the command line (a resumed run checks them).
+fn train(a: TrainArgs, given: Vec<String>, json: bool) -> Result<()> {
     let vocab = load_vocab(&a.vocab)?;
     let corpus = Corpus::load(&a.data, &vocab)?;
     let mut cfg = ModelConfig::new(a.model, vocab.len(), a.d_model, a.heads, a.steps, a.block);
@@ -337,8 +347,8 @@ fn train(a: TrainArgs, json: bool) -> Result<()> {
         weight_decay: a.weight_decay,
         dropout: a.dropout,
         grad_clip: a.grad_clip,
-        eval_every: a.eval_every.max(1),
-        eval_iters: a.eval_iters.max(1),
+        eval_every: a.eval_every,
+        eval_iters: a.eval_iters,
         seed: a.seed,
         ebt: EbtRegularisers {
             langevin: a.ebt_langevin,
@@ -350,7 +360,7 @@ fn train(a: TrainArgs, json: bool) -> Result<()> {
     };
     settings.ebt.check()?;
     let paths = RunPaths { dir: a.out.unwrap_or_else(|| PathBuf::from("runs").join(a.model.name())) };
-    let start = if a.resume { Start::Resume { iters: a.iters } } else { Start::Fresh(cfg, settings) };
+    let start = if a.resume { Start::Resume { iters: a.iters, requested: Requested { cfg, settings, given } } } else { Start::Fresh(cfg, settings) };
     let t0 = Instant::now();
     let out = run(&corpus, &vocab, start, &paths, a.quiet, a.backend)?;
     if json {
@@ -515,10 +525,15 @@ fn energy(a: EnergyArgs, json: bool) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let json = cli.json;
     match cli.cmd {
-        Cmd::Train(a) => train(a, json),
+        Cmd::Train(a) => {
+            let m = matches.subcommand_matches("train").context("the train subcommand's matches")?;
+            let given = m.ids().map(|id| id.to_string()).filter(|id| m.value_source(id) == Some(ValueSource::CommandLine)).collect();
+            train(a, given, json)
+        }
         Cmd::Eval(a) => eval(a, json),
         Cmd::Energy(a) => energy(a, json),
         Cmd::Think(a) => think(a, json),

@@ -11,11 +11,14 @@ use candle_core::{DType, Device, Var};
 use indicatif::{ProgressBar, ProgressStyle};
 use nrgpt_core::model::{init_weights, num_params, Dropout, Weights};
 use nrgpt_core::rng::Rng64;
-use nrgpt_core::layout::{Body, WeightLayout};
+use nrgpt_core::layout::{Body, WeightLayout, EBT_REPLAY};
 use nrgpt_core::{Arch, Checkpoint, ModelConfig, Vocab};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{random_batch, random_batch_ids, Corpus};
+use crate::divergence::LossWatch;
+use crate::files::{write_atomic, RunLock};
+use crate::resume::{check_flags, check_vocab, resumed_iters, Requested};
 use crate::eval::estimate_loss;
 use crate::fast::{self, FastModel, TrainBackend};
 use crate::net::Net;
@@ -69,21 +72,6 @@ const STREAM_DROPOUT: u64 = 0xD50;
 const STREAM_EVAL: u64 = 0xE7A1;
 /// The noise an EBT starts its training candidates from, and its regularisers.
 const STREAM_EBT: u64 = 0xEB7;
-/// The checkpoint entry holding an EBT run's replay buffer.
-const REPLAY_KEY: &str = "ebt.replay";
-
-/// Writes `bytes` to `path` via a temp file and a rename, so a crash leaves
-/// either the old file or the new one, never half of one.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    Ok(())
-}
 
 fn save(paths: &RunPaths, cfg: &ModelConfig, vocab: &Vocab, learner: &Learner, state: &TrainState) -> Result<()> {
     let mut meta = BTreeMap::new();
@@ -141,7 +129,7 @@ impl Learner {
                 let mut w = opt.state();
                 if !replay.is_empty() {
                     let c = net.cfg();
-                    w.insert(REPLAY_KEY.to_string(), replay.to_tensor(c.block_size, c.vocab_size)?);
+                    w.insert(EBT_REPLAY.to_string(), replay.to_tensor(c.block_size, c.vocab_size)?);
                 }
                 Ok(w)
             }
@@ -152,7 +140,7 @@ impl Learner {
     fn load_opt_state(&mut self, extra: &Weights, iter: u64) -> Result<()> {
         match self {
             Learner::Candle { opt, replay, .. } => {
-                if let Some(t) = extra.get(REPLAY_KEY) {
+                if let Some(t) = extra.get(EBT_REPLAY) {
                     replay.load(t)?;
                 }
                 opt.load_state(extra, iter)
@@ -230,8 +218,9 @@ pub struct Outcome {
 /// How a run starts.
 pub enum Start {
     Fresh(ModelConfig, TrainSettings),
-    /// Continue the run in the folder with its saved settings; `iters` extends it.
-    Resume { iters: Option<usize> },
+    /// Continue the run in the folder with its saved settings; `iters` extends
+    /// it, and `requested` must agree with what the run stored.
+    Resume { iters: Option<usize>, requested: Requested },
 }
 
 /// Trains a fresh model, or continues the run in `paths` exactly where its
@@ -239,13 +228,19 @@ pub enum Start {
 pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet: bool, backend: TrainBackend) -> Result<Outcome> {
     let dev = Device::Cpu;
     std::fs::create_dir_all(&paths.dir).with_context(|| format!("creating {}", paths.dir.display()))?;
+    let _lock = RunLock::acquire(&paths.dir)?;
     let (cfg, settings, weights, opt_state) = match start {
-        Start::Resume { iters } => {
-            let bytes = std::fs::read(paths.ckpt()).with_context(|| format!("reading {} to resume", paths.ckpt().display()))?;
-            let ck = Checkpoint::from_bytes(&bytes, DType::F32, &dev).with_context(|| format!("loading {}", paths.ckpt().display()))?;
-            let state: TrainState = serde_json::from_str(ck.meta.get("train_state").context("checkpoint has no train_state")?)?;
+        Start::Resume { iters, requested } => {
+            let path = paths.ckpt();
+            let bytes = std::fs::read(&path).with_context(|| format!("reading {} to resume", path.display()))?;
+            let ck = Checkpoint::from_bytes(&bytes, DType::F32, &dev).with_context(|| format!("loading {}", path.display()))?;
+            let state: TrainState = serde_json::from_str(ck.meta.get("train_state").context("checkpoint has no train_state")?)
+                .with_context(|| format!("parsing the train_state of {}", path.display()))?;
+            state.settings.validate().with_context(|| format!("resuming {}", path.display()))?;
+            check_flags(&ck.config, &state.settings, &requested)?;
+            check_vocab(&ck.vocab, vocab)?;
             let mut s = state.settings.clone();
-            s.iters = iters.unwrap_or(s.iters).max(state.iter);
+            s.iters = resumed_iters(s.iters, state.iter, iters)?;
             (ck.config, s, ck.weights, Some((ck.extra, state.iter)))
         }
         Start::Fresh(cfg, settings) => {
@@ -268,7 +263,8 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
             0
         }
     };
-    let mut log = std::fs::OpenOptions::new().append(true).open(paths.log())?;
+    let mut log = std::fs::OpenOptions::new().append(true).open(paths.log()).with_context(|| format!("opening {}", paths.log().display()))?;
+    let mut watch = LossWatch::new(cfg.vocab_size, start, settings.lr);
     let s = &settings;
     let pb = if quiet { ProgressBar::hidden() } else { ProgressBar::new(s.iters as u64) };
     pb.set_style(ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]")?);
@@ -295,6 +291,9 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
             let m = Net::new(&cfg, &learner.weights()?)?;
             last_train = estimate_loss(&m, &corpus.train, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
             last_val = estimate_loss(&m, &corpus.val, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
+            // checked before anything of this state is logged or saved
+            watch.check(iter, "train-split estimate", last_train)?;
+            watch.check(iter, "val loss", last_val)?;
             writeln!(log, "{iter},,,,{last_train},{last_val},,{:.3}", t0.elapsed().as_secs_f64())?;
             let line = format!("iter {iter:>6}: train {last_train:.4}  val {last_val:.4}");
             if quiet {
@@ -311,9 +310,7 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
         let step_t = Instant::now();
         let lr = lr_at(iter, s.lr, s.min_lr, s.warmup, s.iters);
         let (loss_v, gnorm) = learner.train_step(corpus, &cfg, s, iter, lr)?;
-        if !loss_v.is_finite() {
-            bail!("loss became {loss_v} at iteration {iter}; try a lower --lr");
-        }
+        watch.step(iter, loss_v)?;
         train_time += step_t.elapsed().as_secs_f64();
         trained_tokens += s.batch * cfg.block_size;
         let tps = trained_tokens as f64 / train_time;

@@ -96,6 +96,7 @@ fn one_f64() -> f64 {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     pub arch: Arch,
     pub vocab_size: usize,
@@ -145,20 +146,9 @@ impl ModelConfig {
         self.ff_mult * self.d_model
     }
 
+    /// Every field in its range and the parameter count in bounds
+    /// ([`crate::bounds`]); the layout may only be built after this.
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::Config(m));
-        if self.vocab_size == 0 || self.d_model == 0 || self.n_head == 0 || self.head_dim == 0 {
-            return bad(format!("sizes must be positive: {self:?}"));
-        }
-        if self.steps == 0 || self.layers == 0 || self.block_size == 0 || self.ff_mult == 0 {
-            return bad(format!("steps, layers, block size and ff_mult must be positive: {self:?}"));
-        }
-        if !(self.ebt_noise >= 0.0 && self.ebt_noise.is_finite()) {
-            return bad(format!("ebt_noise must be finite and >= 0, got {}", self.ebt_noise));
-        }
-        if !(self.eps > 0.0) {
-            return bad(format!("eps must be positive, got {}", self.eps));
-        }
-        Ok(())
+        crate::bounds::check_config(self)
     }
 }

@@ -12,6 +12,14 @@ pub enum Error {
     Checkpoint(String),
     #[error("bad model config: {0}")]
     Config(String),
+    /// A config field outside its range ([`crate::bounds`]).
+    #[error("bad model config: field `{field}` is {value}: {rule}")]
+    ConfigField { field: &'static str, value: String, rule: String },
+    /// A stored value breaking its tensor's rule ([`crate::bounds::ValueRule`]).
+    #[error("tensor `{name}` element {index} is {value:e}: {rule}")]
+    TensorValue { name: String, index: usize, value: f32, rule: String },
+    #[error("{0}")]
+    NonFinite(String),
     #[error("vocabulary: {0}")]
     Vocab(String),
     #[error("no usable GPU: {0}")]

@@ -117,6 +117,12 @@ impl Builder {
 /// Initial `log a` of EBT's thinking step (a = e^4.6, about 100).
 pub const EBT_LOG_A0: f64 = 4.6;
 
+/// The training-state tensor of an EBT run's replay buffer of final
+/// candidates, (k, block, vocab): beside the optimizer moments, not a weight.
+pub const EBT_REPLAY: &str = "ebt.replay";
+/// The largest |logit| a replay buffer may hold.
+pub const MAX_ABS_REPLAY: f32 = 1e6;
+
 /// Layer `l` of a stack that applies `applied` layers in sequence (GPT's
 /// layers and EBT's energy network share the parameters).
 fn gpt_layer(b: &mut Builder, cfg: &ModelConfig, l: usize, std: f64, applied: usize) -> GptIdx {

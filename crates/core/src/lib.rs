@@ -7,6 +7,7 @@
 //! CPU decoder and the fast trainer in [`scalar`]. This crate knows nothing
 //! of the decoding engine or the web page.
 
+pub mod bounds;
 pub mod config;
 pub mod ebt;
 pub mod ebt_session;

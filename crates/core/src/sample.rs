@@ -10,6 +10,8 @@ use crate::{Error, ForwardOpts, Model, Result, Vocab};
 pub struct SampleOpts {
     /// 0 means greedy (argmax).
     pub temperature: f32,
+    /// Keep the k most likely characters; `None` and `Some(0)` keep all
+    /// (one meaning for the CLI and the page).
     pub top_k: Option<usize>,
     pub top_p: Option<f32>,
     pub seed: u64,
@@ -18,6 +20,20 @@ pub struct SampleOpts {
 impl Default for SampleOpts {
     fn default() -> Self {
         Self { temperature: 0.8, top_k: None, top_p: None, seed: 1337 }
+    }
+}
+
+impl SampleOpts {
+    /// A finite temperature >= 0 and a top-p in (0, 1]: a NaN would turn
+    /// every probability into NaN and the draw into the last character.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(Error::Config(format!("temperature {} must be finite and >= 0", self.temperature)));
+        }
+        if let Some(p) = self.top_p.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
+            return Err(Error::Config(format!("top-p {p} must be in (0, 1]")));
+        }
+        Ok(())
     }
 }
 
@@ -30,7 +46,10 @@ pub fn filtered_probs(logits: &[f32], opts: &SampleOpts) -> Vec<f32> {
     }
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
-    let keep_k = opts.top_k.unwrap_or(n).clamp(1, n);
+    let keep_k = match opts.top_k {
+        Some(k) if k > 0 => k.min(n),
+        _ => n,
+    };
     let max = logits[order[0]];
     let mut p = vec![0f32; n];
     for &i in &order[..keep_k] {
@@ -80,6 +99,7 @@ pub fn draw(probs: &[f32], rng: &mut Rng64) -> usize {
 /// [`slide_window`] policy) for every character: the simple reference the
 /// engine's cached decoding and the page must match.
 pub fn generate(model: &Model, vocab: &Vocab, prompt: &str, n_chars: usize, opts: &SampleOpts) -> Result<String> {
+    opts.validate()?;
     let prompt_ids = vocab.encode(prompt)?;
     if prompt_ids.is_empty() {
         return Err(Error::Vocab("the prompt is empty".into()));
@@ -118,6 +138,24 @@ mod tests {
         assert_eq!(p, vec![1.0, 0.0, 0.0, 0.0]);
         let g = filtered_probs(&logits, &SampleOpts { temperature: 0.0, ..Default::default() });
         assert_eq!(g, vec![1.0, 0.0, 0.0, 0.0]);
+        // top-k 0 keeps every character, as on the page (it used to mean greedy here)
+        let all = filtered_probs(&logits, &SampleOpts { temperature: 1.0, top_k: Some(0), ..Default::default() });
+        assert_eq!(all, filtered_probs(&logits, &SampleOpts { temperature: 1.0, ..Default::default() }));
+        assert!(all.iter().all(|&p| p > 0.0), "{all:?}");
+    }
+
+    #[test]
+    fn nan_temperature_and_bad_top_p_are_errors() {
+        for opts in [
+            SampleOpts { temperature: f32::NAN, ..Default::default() },
+            SampleOpts { temperature: f32::INFINITY, ..Default::default() },
+            SampleOpts { temperature: -1.0, ..Default::default() },
+            SampleOpts { top_p: Some(0.0), ..Default::default() },
+            SampleOpts { top_p: Some(f32::NAN), ..Default::default() },
+        ] {
+            assert!(opts.validate().is_err(), "{opts:?}");
+        }
+        SampleOpts::default().validate().unwrap();
     }
 
     #[test]

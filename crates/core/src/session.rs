@@ -71,6 +71,21 @@ pub struct TokenTrace {
     pub chosen: usize,
 }
 
+impl TokenTrace {
+    /// Stops a generation whose state went non-finite (a NaN or Inf logit or
+    /// energy) instead of sampling from garbage: the caller shows the message
+    /// and keeps the text generated so far.
+    pub fn check_finite(&self) -> Result<()> {
+        let bad = |xs: &[f32]| xs.iter().any(|x| !x.is_finite());
+        if bad(&self.logits) || bad(&self.energies) || self.step_logits.iter().any(|l| bad(l)) {
+            return Err(crate::Error::NonFinite(
+                "the model's state became NaN or infinite (its descent diverged: try fewer steps, or another model); generation stopped".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 pub struct Session {
     pub model: Model,
     pub vocab: Vocab,
@@ -119,6 +134,8 @@ impl Session {
             Some(e) => e.narrow(2, n - 1, 1)?.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?,
             None => Vec::new(),
         };
-        Ok(TokenTrace { logits: last(&f.logits)?, energies, step_logits, proj, steps_used: f.states.len() - 1, ..Default::default() })
+        let trace = TokenTrace { logits: last(&f.logits)?, energies, step_logits, proj, steps_used: f.states.len() - 1, ..Default::default() };
+        trace.check_finite()?;
+        Ok(trace)
     }
 }

@@ -38,7 +38,8 @@ impl Vocab {
     /// Reads `model.vocab` (token -> id) of a tokenizer.json whose tokens are
     /// single characters with ids 0..n.
     pub fn from_tokenizer_json(json: &str) -> Result<Self> {
-        let v: serde_json::Value = serde_json::from_str(json)?;
+        let v: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| Error::Vocab(format!("the tokenizer file is not JSON: {e}")))?;
         let map = v
             .get("model")
             .and_then(|m| m.get("vocab"))
@@ -101,7 +102,8 @@ impl Vocab {
     }
 
     pub fn from_json(json: &str) -> Result<Self> {
-        let s: String = serde_json::from_str(json)?;
+        let s: String = serde_json::from_str(json)
+            .map_err(|e| Error::Vocab(format!("metadata `vocab` must be a JSON string of the characters: {e}")))?;
         Self::from_chars(s.chars().collect())
     }
 }
@@ -124,6 +126,10 @@ mod tests {
     #[test]
     fn tokenizer_json_errors_are_clear() {
         assert!(Vocab::from_tokenizer_json("{}").is_err());
+        let err = Vocab::from_tokenizer_json("not json").unwrap_err().to_string();
+        assert!(err.contains("tokenizer file is not JSON"), "{err}");
+        let err = Vocab::from_json("abc").unwrap_err().to_string();
+        assert!(err.contains("metadata `vocab`"), "{err}");
         let bad = r#"{"model":{"vocab":{"ab":0}}}"#;
         assert!(Vocab::from_tokenizer_json(bad).unwrap_err().to_string().contains("not one character"));
         let gap = r#"{"model":{"vocab":{"a":0,"b":2}}}"#;

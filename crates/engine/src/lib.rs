@@ -175,14 +175,16 @@ impl Decoder {
 
     /// Runs `tokens` (already appended to the window) through the decoder.
     async fn decode(&mut self, tokens: &[u32]) -> Result<Trace> {
-        match &mut self.runner {
-            Runner::Cpu(d) => Ok(tokens.iter().map(|&t| d.push(t, self.tol)).last().unwrap_or_default()),
-            Runner::Gpu(d) => d.push_many(tokens, self.tol).await,
+        let trace = match &mut self.runner {
+            Runner::Cpu(d) => tokens.iter().map(|&t| d.push(t, self.tol)).last().unwrap_or_default(),
+            Runner::Gpu(d) => d.push_many(tokens, self.tol).await?,
             Runner::Ebt(d) => {
                 tokens.iter().for_each(|&t| d.append(t));
-                d.think(self.fed - 1, self.steps, self.tol, &self.ebt)
+                d.think(self.fed - 1, self.steps, self.tol, &self.ebt)?
             }
-        }
+        };
+        trace.check_finite()?;
+        Ok(trace)
     }
 
     fn check_tokens(&self, tokens: &[u32]) -> Result<()> {

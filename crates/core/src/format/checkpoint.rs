@@ -43,7 +43,10 @@ impl Checkpoint {
         for (name, t) in self.weights.iter().chain(self.extra.iter()) {
             tensors.push((name.clone(), t.to_dtype(DType::F32)?.contiguous()?));
         }
-        Ok(safetensors::serialize(tensors, Some(md))?)
+        let bytes = safetensors::serialize(tensors, Some(md))?;
+        // never write what the reader would refuse (e.g. weights grown past the bounds)
+        PackedCheckpoint::from_bytes(&bytes)?;
+        Ok(bytes)
     }
 
     /// An inference file: the model weights at `scheme` with the config and
@@ -61,7 +64,8 @@ impl Checkpoint {
         for (i, spec) in p.layout.specs.iter().enumerate() {
             weights.insert(spec.name.clone(), Tensor::from_vec(p.values(i), spec.shape.as_slice(), dev)?.to_dtype(dtype)?);
         }
-        // only an f32 file may carry more (the quantized reader refuses extras)
+        // only an f32 file may carry more: the optimizer moments, which the
+        // reader checked (F32, shapes, values) like the weights
         let mut extra = Weights::new();
         for (name, view) in st.tensors() {
             if p.scheme == Scheme::F32 && !weights.contains_key(&name) {
@@ -69,7 +73,6 @@ impl Checkpoint {
             }
         }
         let meta = md.into_iter().filter(|(k, _)| !is_reserved(k)).collect();
-        // the reader checked every weight's dtype and shape against the layout
         Ok(Self { config: p.config, vocab: p.vocab, weights, extra, meta })
     }
 }

@@ -9,14 +9,15 @@
 //! come from [`WeightLayout`]. There is no optimizer state.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 use candle_core::DType;
 use safetensors::{Dtype, SafeTensors, View};
 
 use super::codec::{dequantize, packed_lens, quantize, unpack, Codes, Scheme, BLOCK};
 use super::header::{meta_field, model_meta, open, read_model_meta, Metadata, FORMAT_F32, FORMAT_KEY, FORMAT_QUANT};
-use crate::layout::{ParamSpec, WeightLayout};
+use crate::bounds::{check_values, weight_rule, ValueRule, MAX_ABS_MOMENT, MAX_ABS_WEIGHT, MAX_SECOND_MOMENT};
+use crate::layout::{Body, ParamSpec, WeightLayout, EBT_REPLAY, MAX_ABS_REPLAY};
 use crate::model::{check_weights, Weights};
 use crate::{Error, ModelConfig, Result, Vocab};
 
@@ -58,21 +59,16 @@ impl PackedCheckpoint {
         let layout = WeightLayout::new(config);
         check_weights(&layout, weights)?;
         let mut tensors = Vec::with_capacity(layout.specs.len());
-        for spec in &layout.specs {
+        for (i, spec) in layout.specs.iter().enumerate() {
             let ParamSpec { name, shape, .. } = spec;
             let data: Vec<f32> = weights[name].to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
-            if data.iter().any(|x| !x.is_finite()) {
-                return Err(Error::Checkpoint(format!("weight `{name}` has non-finite values")));
-            }
+            // never write what the reader would refuse
+            check_values(name, &data, weight_rule(&layout, i))?;
             let packed = if !scheme.packs(spec) {
                 PackedTensor::F32(data)
             } else if scheme == Scheme::F16 {
-                let halves = dequantize(&quantize(&data, scheme), data.len(), scheme);
-                // |x| above 65504 would silently become inf
-                if halves.iter().any(|x| !x.is_finite()) {
-                    return Err(Error::Checkpoint(format!("weight `{name}` has values beyond the f16 range")));
-                }
-                PackedTensor::F32(halves)
+                // the weight bound (1e3) keeps every value inside f16's range (65504)
+                PackedTensor::F32(dequantize(&quantize(&data, scheme), data.len(), scheme))
             } else {
                 let Codes { words, scales } = quantize(&data, scheme);
                 PackedTensor::Quant { shape: shape.clone(), words, scales }
@@ -88,7 +84,8 @@ impl PackedCheckpoint {
         Self::from_parsed(&st, &md)
     }
 
-    /// The model weights of an opened file; every tensor checked for dtype and shape.
+    /// The model weights of an opened file; every tensor checked for dtype,
+    /// shape and values ([`crate::bounds`]), and nothing else in the file.
     pub(crate) fn from_parsed(st: &SafeTensors, md: &Metadata) -> Result<Self> {
         let format = meta_field(md, FORMAT_KEY)?;
         let scheme = match format {
@@ -106,7 +103,7 @@ impl PackedCheckpoint {
         let layout = WeightLayout::new(&config);
         let mut tensors = Vec::with_capacity(layout.specs.len());
         let mut expected = HashSet::new();
-        for spec in &layout.specs {
+        for (i, spec) in layout.specs.iter().enumerate() {
             let ParamSpec { name, shape, .. } = spec;
             let t = if scheme.is_int() && scheme.packs(spec) {
                 expected.extend([format!("{name}.q"), format!("{name}.scale")]);
@@ -116,6 +113,7 @@ impl PackedCheckpoint {
                 let dtype = if scheme.packs(spec) { Dtype::F16 } else { Dtype::F32 };
                 PackedTensor::F32(read_floats(st, name, shape, dtype)?)
             };
+            check_values(name, &t.to_f32(scheme), weight_rule(&layout, i))?;
             tensors.push(t);
         }
         // an f32 training checkpoint may carry optimizer moments; a quantized file holds the model only
@@ -123,6 +121,8 @@ impl PackedCheckpoint {
             if let Some(name) = st.names().into_iter().find(|n| !expected.contains(*n)) {
                 return Err(Error::Checkpoint(format!("unexpected tensor `{name}` in a {scheme} checkpoint")));
             }
+        } else {
+            check_optimizer_state(st, &layout, &expected)?;
         }
         Ok(Self { config, vocab, scheme, layout, tensors })
     }
@@ -229,6 +229,44 @@ fn read_floats(st: &SafeTensors, name: &str, shape: &[usize], dtype: Dtype) -> R
     })
 }
 
+/// Beyond the weights an f32 file may hold AdamW's moments and nothing else:
+/// `opt.m.NAME` and `opt.v.NAME` for every parameter (all or none), F32, of
+/// the parameter's shape, with bounded values.
+fn check_optimizer_state(st: &SafeTensors, layout: &WeightLayout, weights: &HashSet<String>) -> Result<()> {
+    // sorted, so the error names the same tensor every time
+    let extras: BTreeSet<&str> = st.names().into_iter().filter(|n| !weights.contains(*n)).collect();
+    if extras.is_empty() {
+        return Ok(());
+    }
+    let mut moments = HashSet::new();
+    for spec in &layout.specs {
+        for (prefix, rule) in [("opt.m.", ValueRule::Abs(MAX_ABS_MOMENT)), ("opt.v.", ValueRule::NonNegative(MAX_SECOND_MOMENT))] {
+            let name = format!("{prefix}{}", spec.name);
+            if !extras.contains(name.as_str()) {
+                return Err(Error::Checkpoint(format!("optimizer state is incomplete: `{name}` is missing")));
+            }
+            check_values(&name, &read_floats(st, &name, &spec.shape, Dtype::F32)?, rule)?;
+            moments.insert(name);
+        }
+    }
+    if let (Body::Ebt(_), true) = (&layout.body, extras.contains(EBT_REPLAY)) {
+        let (dims, _) = view_bytes(st, EBT_REPLAY, Dtype::F32)?;
+        let (block, v) = (layout.specs[layout.pos].shape[0], layout.specs[layout.tok].shape[0]);
+        if dims.len() != 3 || dims[1] != block || dims[2] != v {
+            return Err(Error::Checkpoint(format!("`{EBT_REPLAY}` has shape {dims:?}, expected (k, {block}, {v})")));
+        }
+        check_values(EBT_REPLAY, &read_floats(st, EBT_REPLAY, &dims, Dtype::F32)?, ValueRule::Abs(MAX_ABS_REPLAY))?;
+        moments.insert(EBT_REPLAY.to_string());
+    }
+    match extras.iter().find(|n| !moments.contains(**n)) {
+        Some(name) => Err(Error::Checkpoint(format!(
+            "unexpected tensor `{name}`: an f32 checkpoint holds the {} parameters of its config and their optimizer moments only",
+            layout.specs.len()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// `NAME.q` and `NAME.scale` of an int8 / int4 weight, checked against `shape`.
 fn read_quant(st: &SafeTensors, name: &str, shape: &[usize], scheme: Scheme) -> Result<PackedTensor> {
     let vector = |part: &str, dtype| -> Result<&[u8]> {
@@ -241,6 +279,7 @@ fn read_quant(st: &SafeTensors, name: &str, shape: &[usize], scheme: Scheme) -> 
     };
     let words: Vec<u32> = words_of(vector("q", Dtype::U32)?).collect();
     let scales: Vec<f32> = words_of(vector("scale", Dtype::F32)?).map(f32::from_bits).collect();
+    check_values(&format!("{name}.scale"), &scales, ValueRule::NonNegative(MAX_ABS_WEIGHT))?;
     check_lens(name, shape, words.len(), scales.len(), scheme)?;
     Ok(PackedTensor::Quant { shape: shape.to_vec(), words, scales })
 }

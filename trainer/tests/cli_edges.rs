@@ -1,0 +1,82 @@
+//! Options at and past their edges: each is refused with a message naming
+//! the option (clap's usage error, exit 2), never a panic or an abort, and
+//! `--top-k 0` means what it means on the page (no cut).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
+}
+
+/// The shipped small model (int8, block 64): loads in milliseconds.
+fn small() -> String {
+    root("www/models/small.safetensors").display().to_string()
+}
+
+fn trainer(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trainer")).current_dir(root("")).args(args).output().unwrap()
+}
+
+fn refused(args: &[&str], names: &str) {
+    let o = trainer(args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: exit {:?}, stderr {err}", o.status);
+    assert!(err.contains(names) && !err.contains("panicked"), "{args:?}: {err}");
+}
+
+#[test]
+fn out_of_range_options_are_usage_errors() {
+    let ck = small();
+    refused(&["eval", "--ckpt", &ck, "--batch", "0"], "--batch");
+    refused(&["eval", "--ckpt", &ck, "--max-chars", "0"], "--max-chars");
+    refused(&["eval", "--ckpt", &ck, "--steps", "0"], "--steps");
+    refused(&["eval", "--ckpt", &ck, "--steps", "1000000000"], "--steps");
+    refused(&["sample", "--ckpt", &ck, "--len", "18446744073709551615"], "--len");
+    refused(&["sample", "--ckpt", &ck, "--len", "1000000000000"], "--len");
+    refused(&["sample", "--ckpt", &ck, "--temperature", "NaN"], "--temperature");
+    refused(&["sample", "--ckpt", &ck, "--temperature=-1"], "--temperature");
+    refused(&["sample", "--ckpt", &ck, "--top-p", "0"], "--top-p");
+    refused(&["energy", "--ckpt", &ck, "--windows", "0"], "--windows");
+    for (flag, v) in [
+        ("--lr", "NaN"),
+        ("--lr", "0"),
+        ("--batch", "0"),
+        ("--d-model", "18446744073709551615"),
+        ("--steps", "0"),
+        ("--eval-every", "0"),
+        ("--eval-iters", "0"),
+        ("--dropout", "1"),
+        ("--grad-clip", "inf"),
+        ("--grad-clip", "-1"),
+        ("--weight-decay", "-0.1"),
+        ("--ff-mult", "0"),
+    ] {
+        // `=` joins the value, so a negative one is not read as a flag
+        let arg = format!("{flag}={v}");
+        refused(&["train", &arg, "--out", "/nonexistent/never-created"], flag);
+    }
+}
+
+#[test]
+fn too_short_a_split_is_a_clear_error() {
+    let o = trainer(&["eval", "--ckpt", &small(), "--max-chars", "50"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("no full window") && err.contains("65"), "{err}");
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("NaN"));
+}
+
+#[test]
+fn top_k_zero_keeps_every_character() {
+    let ck = small();
+    let text = |extra: &[&str]| {
+        let mut args = vec!["sample", "--ckpt", &ck, "--len", "60", "--seed", "3"];
+        args.extend_from_slice(extra);
+        let o = trainer(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let all = text(&[]);
+    assert_eq!(text(&["--top-k", "0"]), all, "--top-k 0 is no cut");
+    assert_ne!(text(&["--top-k", "1"]), all, "--top-k 1 is greedy, a different text");
+}

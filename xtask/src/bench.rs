@@ -306,6 +306,14 @@ fn ebt_twin_check(trainer: &str, py: &Path) -> Result<[(f64, f64); 2]> {
     Ok([(ours_loss, torch_loss), (ours_norm, torch_norm)])
 }
 
+/// `cargo xtask torch-check`: only the EBT twin check, without the hour-long bench.
+pub fn torch_check() -> Result<()> {
+    run(Command::new("cargo").args(["build", "--release", "-p", "trainer", "--bin", "trainer"]))?;
+    let [(ol, tl), (on, tn)] = ebt_twin_check(&bin(false, "trainer"), &ensure_torch()?)?;
+    println!("EBT twin check passed: loss ours {ol} PyTorch {tl} (|diff| {:.1e}), gradient norm ours {on} PyTorch {tn} (|diff| {:.1e})", (ol - tl).abs(), (on - tn).abs());
+    Ok(())
+}
+
 fn throughput(trainer: &str, plan: &Plan, smoke: bool) -> Result<(Vec<Throughput>, Option<[(f64, f64); 2]>)> {
     let torch = if smoke { None } else { Some(ensure_torch()?) };
     let check = match &torch {
@@ -551,4 +559,23 @@ fn write_bench_md(md: &str) -> Result<()> {
          `cargo xtask bench --smoke` is part of the test suite). History is in git.\n\n{md}\n![Loss curves]({FIGURE})\n"
     );
     std::fs::write(root().join(BENCH_MD), text).with_context(|| format!("writing {BENCH_MD}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ratio_is_against_the_faster_pytorch_mode_that_ran() {
+        let out = "params 10\neager_warmup_s 0.1\neager_tokens_per_s 1500.5\ncompiled_failed RuntimeError: no double backward\n";
+        let (e, c) = (torch_speed(out, "eager").unwrap(), torch_speed(out, "compiled").unwrap());
+        assert!(matches!(e, TorchSpeed::Tokens(v) if v == 1500.5));
+        assert!(matches!(&c, TorchSpeed::Failed(why) if why == "RuntimeError: no double backward"));
+        let row = |torch| Throughput { name: "m", ours: 3000.0, torch };
+        assert_eq!(row(Some((e, c))).best_torch(), Some(1500.5));
+        let both = (TorchSpeed::Tokens(900.0), TorchSpeed::Tokens(2000.0));
+        assert_eq!(row(Some(both)).best_torch(), Some(2000.0), "compiled is faster here");
+        assert_eq!(row(None).best_torch(), None);
+        assert!(torch_speed("eager_tokens_per_s 1\n", "compiled").is_err(), "a missing mode is an error, not a zero");
+    }
 }

@@ -75,6 +75,7 @@ fn full_plan() -> Plan {
         throughput: &[
             ("nrgpt-ff2w d=128 T=4", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4"]),
             ("gpt 4 layers d=128", &["--model", "gpt", "--d-model", "128", "--heads", "4", "--steps", "4"]),
+            ("ebt 2 layers d=128 S=2", &["--model", "ebt", "--d-model", "128", "--heads", "4", "--layers", "2", "--steps", "2"]),
         ],
         throughput_iters: 20,
         energy_windows: "64",
@@ -228,28 +229,97 @@ fn train_and_eval(trainer: &str, plan: &Plan, spec: &Spec, base: &Path) -> Resul
     })
 }
 
-/// A venv with PyTorch (used on the CPU only).
+/// A venv with PyTorch (used on the CPU only) and safetensors (the EBT twin reads our checkpoints).
 fn ensure_torch() -> Result<PathBuf> {
     let py = root().join(VENV).join("bin/python");
-    if py.is_file() && Command::new(&py).args(["-c", "import torch"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success()) {
+    if py.is_file() && Command::new(&py).args(["-c", "import torch, safetensors"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success()) {
         return Ok(py);
     }
     // PyPI's Linux torch will not even import without its CUDA wheels, so all
     // of them come along although only the CPU is used.
     say(&format!("installing PyTorch from PyPI into {VENV} (several GB with the CUDA libraries it needs to import; once)"));
     run(Command::new("python3").args(["-m", "venv", VENV]))?;
-    run(Command::new(&py).args(["-m", "pip", "install", "-q", "torch"]))?;
+    run(Command::new(&py).args(["-m", "pip", "install", "-q", "torch", "safetensors"]))?;
     Ok(py)
+}
+
+/// PyTorch's speed in one mode, or why that mode could not run here.
+enum TorchSpeed {
+    Tokens(f64),
+    Failed(String),
 }
 
 struct Throughput {
     name: &'static str,
     ours: f64,
-    torch: Option<f64>,
+    /// Eager and torch.compile; None in smoke.
+    torch: Option<(TorchSpeed, TorchSpeed)>,
 }
 
-fn throughput(trainer: &str, plan: &Plan, smoke: bool) -> Result<Vec<Throughput>> {
+impl Throughput {
+    /// The faster PyTorch mode that ran: the one the ratio is taken against.
+    fn best_torch(&self) -> Option<f64> {
+        let (e, c) = self.torch.as_ref()?;
+        [e, c].into_iter().filter_map(|s| if let TorchSpeed::Tokens(v) = s { Some(*v) } else { None }).reduce(f64::max)
+    }
+}
+
+/// The `MODE_tokens_per_s` line of the PyTorch script, or its `MODE_failed` reason.
+fn torch_speed(out: &str, mode: &str) -> Result<TorchSpeed> {
+    if let Some(l) = out.lines().find_map(|l| l.strip_prefix(&format!("{mode}_failed "))) {
+        return Ok(TorchSpeed::Failed(l.trim().to_string()));
+    }
+    Ok(TorchSpeed::Tokens(number_after(out, &format!("{mode}_tokens_per_s"))?))
+}
+
+/// Our EBT's training loss against the PyTorch twin's on the same weights,
+/// batch and noise: the twin differentiates through autograd's dE/dz
+/// (create_graph), ours through ebt.rs's hand-written one, so a throughput
+/// row only compares equal work if they agree. Returns (ours, torch) for the
+/// loss and the gradient norm.
+fn ebt_twin_check(trainer: &str, py: &Path) -> Result<[(f64, f64); 2]> {
+    say("EBT twin check: our training loss and gradient norm vs the PyTorch twin's on one batch");
+    let dir = root().join("target/bench-ebt-check");
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = dir.join("run");
+    let flags = ["--model", "ebt", "--d-model", "64", "--heads", "4", "--layers", "2", "--steps", "2", "--block", "32", "--batch", "8"];
+    // Three steps, so the weights are not the init's; then iteration 3 runs on
+    // the saved weights, and its log row holds the loss the twin must reproduce.
+    let common = ["--eval-every", "3", "--eval-iters", "1", "--quiet"];
+    trainer_json(Command::new(trainer).arg("train").args(flags).args(common).args(["--iters", "3", "--out"]).arg(&run))?;
+    let ckpt = dir.join("at3.safetensors");
+    std::fs::copy(run.join("ckpt.safetensors"), &ckpt).context("copying the EBT checkpoint")?;
+    trainer_json(Command::new(trainer).arg("train").args(["--resume", "--iters", "4"]).args(common).arg("--out").arg(&run))?;
+    let log = std::fs::read_to_string(run.join("log.csv")).context("reading the EBT check's log")?;
+    // the training row of iteration 3: iter,lr,loss,grad_norm,...
+    let row: Vec<&str> = log.lines().map(|l| l.split(',').collect::<Vec<_>>()).find(|c| c[0] == "3" && !c[2].is_empty()).context("no training row for iteration 3 in the EBT check's log")?;
+    let (ours_loss, ours_norm): (f64, f64) = (row[2].parse()?, row[3].parse()?);
+    let mut cmd = Command::new(py);
+    cmd.arg(TORCH_SCRIPT).arg("--check-ckpt").arg(&ckpt).args(["--check-iter", "3"]);
+    let reply: Value = serde_json::from_str(capture(&mut cmd)?.lines().last().unwrap_or_default()).context("the twin's check did not print JSON")?;
+    let num = |k: &str| reply.get(k).and_then(Value::as_f64).with_context(|| format!("the twin's check printed no `{k}`: {reply}"));
+    let (torch_loss, torch_norm) = (num("loss")?, num("grad_norm")?);
+    eprintln!("    loss ours {ours_loss} torch {torch_loss}; gradient norm ours {ours_norm} torch {torch_norm}");
+    if (ours_loss - torch_loss).abs() > 1e-4 || (ours_norm - torch_norm).abs() > 1e-4 * ours_norm.abs().max(1.0) {
+        bail!("the PyTorch EBT twin disagrees with our trainer: loss {torch_loss} vs {ours_loss}, gradient norm {torch_norm} vs {ours_norm}");
+    }
+    Ok([(ours_loss, torch_loss), (ours_norm, torch_norm)])
+}
+
+/// `cargo xtask torch-check`: only the EBT twin check, without the hour-long bench.
+pub fn torch_check() -> Result<()> {
+    run(Command::new("cargo").args(["build", "--release", "-p", "trainer", "--bin", "trainer"]))?;
+    let [(ol, tl), (on, tn)] = ebt_twin_check(&bin(false, "trainer"), &ensure_torch()?)?;
+    println!("EBT twin check passed: loss ours {ol} PyTorch {tl} (|diff| {:.1e}), gradient norm ours {on} PyTorch {tn} (|diff| {:.1e})", (ol - tl).abs(), (on - tn).abs());
+    Ok(())
+}
+
+fn throughput(trainer: &str, plan: &Plan, smoke: bool) -> Result<(Vec<Throughput>, Option<[(f64, f64); 2]>)> {
     let torch = if smoke { None } else { Some(ensure_torch()?) };
+    let check = match &torch {
+        Some(py) if plan.throughput.iter().any(|(_, f)| f.contains(&"ebt")) => Some(ebt_twin_check(trainer, py)?),
+        _ => None,
+    };
     let mut rows = Vec::new();
     for (name, flags) in plan.throughput {
         say(&format!("trainer throughput: {name}"));
@@ -261,14 +331,15 @@ fn throughput(trainer: &str, plan: &Plan, smoke: bool) -> Result<Vec<Throughput>
         let torch = match &torch {
             Some(py) => {
                 let mut cmd = Command::new(py);
-                cmd.arg(TORCH_SCRIPT).args(*flags).args(["--iters", &plan.throughput_iters.to_string()]);
-                Some(number_after(&capture(&mut cmd)?, "tokens_per_s")?)
+                cmd.arg(TORCH_SCRIPT).args(*flags).args(["--iters", &plan.throughput_iters.to_string(), "--modes", "eager,compiled"]);
+                let out = capture(&mut cmd)?;
+                Some((torch_speed(&out, "eager")?, torch_speed(&out, "compiled")?))
             }
             None => None,
         };
         rows.push(Throughput { name, ours, torch });
     }
-    Ok(rows)
+    Ok((rows, check))
 }
 
 fn machine() -> String {
@@ -325,7 +396,7 @@ pub fn bench(smoke: bool) -> Result<()> {
         energy.push(row);
     }
 
-    let tput = throughput(trainer, &plan, smoke)?;
+    let (tput, ebt_check) = throughput(trainer, &plan, smoke)?;
 
     say("decode speed (examples/decode_bench: CPU engine, wgpu, full recompute)");
     let mut cmd = Command::new(root().join(bin(smoke, "examples/decode_bench")));
@@ -372,15 +443,35 @@ pub fn bench(smoke: bool) -> Result<()> {
     if let Some(e) = &default_eval {
         let _ = writeln!(md, "\nShipped default (`trainer eval --ckpt {DEFAULT_MODEL}`): {e}. Goal: <= 1.55 from <= 1 MB.");
     }
-    let _ = writeln!(md, "\n**Trainer throughput** (tokens/s, batch 32 x 64, {} iterations after warm-up; PyTorch: `{TORCH_SCRIPT}`, same model and batch, same machine, same run):\n", plan.throughput_iters);
-    let _ = writeln!(md, "| model | ours | PyTorch CPU | ours / PyTorch |");
-    let _ = writeln!(md, "|---|---|---|---|");
+    let _ = writeln!(md, "\n**Trainer throughput** (tokens/s, batch 32 x 64, {} iterations after warm-up; PyTorch: `{TORCH_SCRIPT}`, same model and batch, same machine, same run; the ratio is against the faster of eager and torch.compile):\n", plan.throughput_iters);
+    let _ = writeln!(md, "| model | ours | PyTorch eager | PyTorch torch.compile | ours / faster PyTorch |");
+    let _ = writeln!(md, "|---|---|---|---|---|");
+    let mut failures = Vec::new();
     for t in &tput {
-        let (tp, ratio) = match t.torch {
-            Some(v) => (format!("{v:.0}"), format!("{:.2}", t.ours / v)),
-            None => ("not run (smoke)".into(), "-".into()),
+        let mut cell = |s: &TorchSpeed| match s {
+            TorchSpeed::Tokens(v) => format!("{v:.0}"),
+            TorchSpeed::Failed(why) => {
+                failures.push(format!("{}: {why}", t.name));
+                format!("failed ({})", failures.len())
+            }
         };
-        let _ = writeln!(md, "| {} | {:.0} | {tp} | {ratio} |", t.name, t.ours);
+        let (eager, compiled) = match &t.torch {
+            Some((e, c)) => (cell(e), cell(c)),
+            None => ("not run (smoke)".into(), "not run (smoke)".into()),
+        };
+        let ratio = t.best_torch().map_or("-".into(), |v| format!("{:.2}", t.ours / v));
+        let _ = writeln!(md, "| {} | {:.0} | {eager} | {compiled} | {ratio} |", t.name, t.ours);
+    }
+    for (i, f) in failures.iter().enumerate() {
+        let _ = writeln!(md, "\n({}) {f}", i + 1);
+    }
+    if let Some([(ol, tl), (on, tn)]) = ebt_check {
+        let _ = writeln!(
+            md,
+            "\nEBT twin check (one batch, same weights and noise; PyTorch's dE/dz by autograd with create_graph): loss ours {ol:.6} PyTorch {tl:.6} (|diff| {:.1e}), gradient norm ours {on:.6} PyTorch {tn:.6} (|diff| {:.1e}).",
+            (ol - tl).abs(),
+            (on - tn).abs()
+        );
     }
     let _ = writeln!(md, "\n**Decode** (`{}`):\n", "cargo run --release --example decode_bench");
     for l in decode.lines() {
@@ -468,4 +559,23 @@ fn write_bench_md(md: &str) -> Result<()> {
          `cargo xtask bench --smoke` is part of the test suite). History is in git.\n\n{md}\n![Loss curves]({FIGURE})\n"
     );
     std::fs::write(root().join(BENCH_MD), text).with_context(|| format!("writing {BENCH_MD}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ratio_is_against_the_faster_pytorch_mode_that_ran() {
+        let out = "params 10\neager_warmup_s 0.1\neager_tokens_per_s 1500.5\ncompiled_failed RuntimeError: no double backward\n";
+        let (e, c) = (torch_speed(out, "eager").unwrap(), torch_speed(out, "compiled").unwrap());
+        assert!(matches!(e, TorchSpeed::Tokens(v) if v == 1500.5));
+        assert!(matches!(&c, TorchSpeed::Failed(why) if why == "RuntimeError: no double backward"));
+        let row = |torch| Throughput { name: "m", ours: 3000.0, torch };
+        assert_eq!(row(Some((e, c))).best_torch(), Some(1500.5));
+        let both = (TorchSpeed::Tokens(900.0), TorchSpeed::Tokens(2000.0));
+        assert_eq!(row(Some(both)).best_torch(), Some(2000.0), "compiled is faster here");
+        assert_eq!(row(None).best_torch(), None);
+        assert!(torch_speed("eager_tokens_per_s 1\n", "compiled").is_err(), "a missing mode is an error, not a zero");
+    }
 }

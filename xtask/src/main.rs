@@ -225,8 +225,9 @@ fn main() -> Result<()> {
         }
         "test-browser" => browser_test(),
         "bench" => bench::bench(args.iter().any(|a| a == "--smoke")),
+        "torch-check" => bench::torch_check(),
         _ => bail!(
-            "usage: cargo xtask <test|serve|test-browser>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser test (builds the page, drives headless chromium)\n  bench         measure quality, trainer speed, decode and page speed; write BENCH.md (--smoke: a tiny run that checks the bench works)"
+            "usage: cargo xtask <test|serve|test-browser>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser test (builds the page, drives headless chromium)\n  bench         measure quality, trainer speed, decode and page speed; write BENCH.md (--smoke: a tiny run that checks the bench works)\n  torch-check   only the bench's check that the PyTorch EBT twin computes our trainer's loss and gradient norm"
         ),
     }
 }

@@ -64,12 +64,11 @@ impl ReplayBuffer {
         self.len() == 0
     }
 
-    /// Appends the batch's final candidates (B, n, V), dropping the oldest beyond capacity.
-    pub fn push(&mut self, z: &Tensor) -> Result<()> {
-        self.rows.extend(z.flatten_all()?.to_vec1::<f32>()?);
+    /// Appends the batch's final candidates (B, n, V, flat), dropping the oldest beyond capacity.
+    pub fn push(&mut self, z: &[f32]) {
+        self.rows.extend_from_slice(z);
         let excess = self.len().saturating_sub(self.capacity);
         self.rows.drain(..excess * self.row_len);
-        Ok(())
     }
 
     /// The buffer as a (len, n, V) tensor, for the checkpoint.

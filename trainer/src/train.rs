@@ -20,6 +20,8 @@ use crate::divergence::LossWatch;
 use crate::files::{write_atomic, RunLock};
 use crate::resume::{check_flags, check_vocab, resumed_iters, Requested};
 use crate::eval::estimate_loss;
+use crate::fast::adamw::FastAdamW;
+use crate::fast::ebt::{FastEbt, FlatPlan};
 use crate::fast::{self, FastModel, TrainBackend};
 use crate::net::Net;
 use crate::optim::{clip_factor, lr_at, CandleAdamW};
@@ -83,69 +85,101 @@ fn save(paths: &RunPaths, cfg: &ModelConfig, vocab: &Vocab, learner: &Learner, s
 /// The model and optimizer of one backend: candle autograd on `Var`s, or the
 /// fast backend's hand-written backward on flat f32 buffers. Both save the
 /// same checkpoint (parameter names, `opt.m.*` / `opt.v.*` moments).
-enum Learner {
-    Candle { vars: Vec<(String, Var)>, net: Net, opt: CandleAdamW, replay: ReplayBuffer },
-    Fast { model: Box<FastModel>, opt: fast::adamw::FastAdamW },
+enum Backend {
+    Candle { vars: Vec<(String, Var)>, net: Box<Net>, opt: CandleAdamW },
+    Fast { model: Box<FastModel>, opt: FastAdamW },
+    FastEbt { model: Box<FastEbt>, opt: FastAdamW },
+}
+
+/// A backend and, for EBT, the replay buffer its batches start from (saved
+/// with the checkpoint, so either backend resumes the other's run).
+struct Learner {
+    backend: Backend,
+    replay: ReplayBuffer,
+    cfg: ModelConfig,
+}
+
+/// One AdamW update of the fast backend's buffers; returns the global
+/// gradient norm (f64, summed as `CandleAdamW::clip_factor` does).
+fn fast_update(lay: &WeightLayout, params: &mut [Vec<f32>], grads: &[Vec<f32>], opt: &mut FastAdamW, lr: f64, grad_clip: f64) -> f64 {
+    let sq: f64 = grads.iter().flatten().map(|&g| (g as f64) * (g as f64)).sum();
+    let gnorm = sq.sqrt();
+    opt.step(lay, params, grads, lr, clip_factor(gnorm, grad_clip));
+    gnorm
 }
 
 impl Learner {
     fn new(cfg: &ModelConfig, weights: &Weights, s: &TrainSettings, backend: TrainBackend) -> Result<Self> {
-        if backend == TrainBackend::Fast && cfg.arch == Arch::Ebt {
-            eprintln!("EBT has no fast backend yet: it trains on candle's autograd");
-        }
-        if backend == TrainBackend::Fast && cfg.arch != Arch::Ebt {
-            let model = FastModel::new(cfg, weights, s.batch, fast::num_threads())?;
-            let opt = fast::adamw::FastAdamW::new(&model.lay, s.weight_decay);
-            return Ok(Learner::Fast { model: Box::new(model), opt });
-        }
-        let vars: Vec<(String, Var)> = weights.iter().map(|(n, t)| Ok((n.clone(), Var::from_tensor(t)?))).collect::<Result<_>>()?;
-        let net = Net::new(cfg, &vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect())?;
-        let mut opt = CandleAdamW::new(vars.clone(), s.weight_decay)?;
-        if let Body::Ebt(ix) = &WeightLayout::new(cfg).body {
-            opt.set_lr_mult(WeightLayout::new(cfg).name(ix.log_a), s.ebt.step_lr_mult);
+        let lay = WeightLayout::new(cfg);
+        let ebt_log_a = match &lay.body {
+            Body::Ebt(ix) => Some(ix.log_a),
+            _ => None,
+        };
+        if ebt_log_a.is_some() && s.dropout > 0.0 {
+            bail!("dropout is not implemented for EBT: train it with --dropout 0");
         }
         let replay = ReplayBuffer::new(cfg.block_size * cfg.vocab_size, 2 * s.batch);
-        Ok(Learner::Candle { vars, net, opt, replay })
+        let backend = match (backend, ebt_log_a) {
+            (TrainBackend::Fast, Some(log_a)) => {
+                let model = FastEbt::new(cfg, weights, s.batch, fast::num_threads())?;
+                let mut opt = FastAdamW::new(&model.lay, s.weight_decay);
+                opt.lr_mult[log_a] = s.ebt.step_lr_mult;
+                Backend::FastEbt { model: Box::new(model), opt }
+            }
+            (TrainBackend::Fast, None) => {
+                let model = FastModel::new(cfg, weights, s.batch, fast::num_threads())?;
+                let opt = FastAdamW::new(&model.lay, s.weight_decay);
+                Backend::Fast { model: Box::new(model), opt }
+            }
+            (TrainBackend::Candle, _) => {
+                let vars: Vec<(String, Var)> = weights.iter().map(|(n, t)| Ok((n.clone(), Var::from_tensor(t)?))).collect::<Result<_>>()?;
+                let net = Box::new(Net::new(cfg, &vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect())?);
+                let mut opt = CandleAdamW::new(vars.clone(), s.weight_decay)?;
+                if let Some(log_a) = ebt_log_a {
+                    opt.set_lr_mult(lay.name(log_a), s.ebt.step_lr_mult);
+                }
+                Backend::Candle { vars, net, opt }
+            }
+        };
+        Ok(Learner { backend, replay, cfg: cfg.clone() })
     }
 
     fn name(&self) -> &'static str {
-        match self {
-            Learner::Candle { .. } => "candle",
-            Learner::Fast { .. } => "fast",
+        match self.backend {
+            Backend::Candle { .. } => "candle",
+            Backend::Fast { .. } | Backend::FastEbt { .. } => "fast",
         }
     }
 
     /// The current parameters (detached copies).
     fn weights(&self) -> Result<Weights> {
-        match self {
-            Learner::Candle { vars, .. } => Ok(vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().detach())).collect()),
-            Learner::Fast { model, .. } => model.weights(),
+        match &self.backend {
+            Backend::Candle { vars, .. } => Ok(vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().detach())).collect()),
+            Backend::Fast { model, .. } => model.weights(),
+            Backend::FastEbt { model, .. } => model.weights(),
         }
     }
 
     fn opt_state(&self) -> Result<Weights> {
-        match self {
-            Learner::Candle { opt, replay, net, .. } => {
-                let mut w = opt.state();
-                if !replay.is_empty() {
-                    let c = net.cfg();
-                    w.insert(EBT_REPLAY.to_string(), replay.to_tensor(c.block_size, c.vocab_size)?);
-                }
-                Ok(w)
-            }
-            Learner::Fast { model, opt } => opt.state(&model.lay),
+        let mut w = match &self.backend {
+            Backend::Candle { opt, .. } => opt.state(),
+            Backend::Fast { model, opt } => opt.state(&model.lay)?,
+            Backend::FastEbt { model, opt } => opt.state(&model.lay)?,
+        };
+        if !self.replay.is_empty() {
+            w.insert(EBT_REPLAY.to_string(), self.replay.to_tensor(self.cfg.block_size, self.cfg.vocab_size)?);
         }
+        Ok(w)
     }
 
     fn load_opt_state(&mut self, extra: &Weights, iter: u64) -> Result<()> {
-        match self {
-            Learner::Candle { opt, replay, .. } => {
-                if let Some(t) = extra.get(EBT_REPLAY) {
-                    replay.load(t)?;
-                }
-                opt.load_state(extra, iter)
-            }
-            Learner::Fast { model, opt } => opt.load_state(&model.lay, extra, iter),
+        if let Some(t) = extra.get(EBT_REPLAY) {
+            self.replay.load(t)?;
+        }
+        match &mut self.backend {
+            Backend::Candle { opt, .. } => opt.load_state(extra, iter),
+            Backend::Fast { model, opt } => opt.load_state(&model.lay, extra, iter),
+            Backend::FastEbt { model, opt } => opt.load_state(&model.lay, extra, iter),
         }
     }
 
@@ -154,23 +188,25 @@ impl Learner {
         let dev = Device::Cpu;
         let mut rng = Rng64::derive(s.seed, iter as u64);
         let mut drop = Dropout { p: s.dropout, rng: Rng64::derive(s.seed ^ STREAM_DROPOUT, iter as u64) };
-        match self {
-            Learner::Candle { net, opt, replay, .. } => {
+        let replay = &mut self.replay;
+        let plan = |replay: &ReplayBuffer| think_plan::draw(&s.ebt, cfg, s.batch, &mut Rng64::derive(s.seed ^ STREAM_EBT, iter as u64), replay);
+        match &mut self.backend {
+            Backend::Candle { net, opt, .. } => {
                 let (x, y) = random_batch(&corpus.train, s.batch, cfg.block_size, &mut rng, &dev)?;
                 let plan = match cfg.arch {
-                    Arch::Ebt => Some(think_plan::draw(&s.ebt, cfg, s.batch, &mut Rng64::derive(s.seed ^ STREAM_EBT, iter as u64), replay)?),
+                    Arch::Ebt => Some(plan(&*replay)?),
                     _ => None,
                 };
                 let (loss, last) = net.train_loss(&x, &y, &mut drop, plan.as_ref())?;
                 if let (Some(last), true) = (last, s.ebt.replay > 0.0) {
-                    replay.push(&last)?;
+                    replay.push(&last.flatten_all()?.to_vec1::<f32>()?);
                 }
                 let grads = loss.backward()?;
                 let (gnorm, clip) = opt.clip_factor(&grads, s.grad_clip)?;
                 opt.step(&grads, lr, clip)?;
                 Ok((loss.to_scalar::<f32>()? as f64, gnorm))
             }
-            Learner::Fast { model, opt } => {
+            Backend::Fast { model, opt } => {
                 let (x, y) = random_batch_ids(&corpus.train, s.batch, cfg.block_size, &mut rng)?;
                 // The masks the candle path would draw, in its order.
                 let shape = [s.batch, cfg.block_size, cfg.d_model];
@@ -182,13 +218,17 @@ impl Learner {
                 }
                 let masks = if masks.is_empty() { None } else { Some(masks) };
                 let loss = model.loss_and_grad(&x, &y, masks.as_deref())?;
-                // Global gradient norm (f64), summed as `optim::AdamW::clip_factor` does.
-                let sq: f64 = model.grads.iter().flatten().map(|&g| (g as f64) * (g as f64)).sum();
-                let gnorm = sq.sqrt();
-                let clip = clip_factor(gnorm, s.grad_clip);
                 let FastModel { lay, params, grads, .. } = &mut **model;
-                opt.step(lay, params, grads, lr, clip);
-                Ok((loss, gnorm))
+                Ok((loss, fast_update(lay, params, grads, opt, lr, s.grad_clip)))
+            }
+            Backend::FastEbt { model, opt } => {
+                let (x, y) = random_batch_ids(&corpus.train, s.batch, cfg.block_size, &mut rng)?;
+                let (loss, last) = model.loss_and_grad(&x, &y, &FlatPlan::new(&plan(&*replay)?)?)?;
+                if s.ebt.replay > 0.0 {
+                    replay.push(&last);
+                }
+                let FastEbt { lay, params, grads, .. } = &mut **model;
+                Ok((loss, fast_update(lay, params, grads, opt, lr, s.grad_clip)))
             }
         }
     }

@@ -73,9 +73,9 @@ fn short_runs_beat_the_unigram_baseline() {
     }
 }
 
-/// An EBT (candle path) learns from thinking alone with the regularisers on,
-/// resumes, and evaluates with more thinking steps and candidates than it
-/// trained with.
+/// An EBT on the candle oracle learns from thinking alone (regularisers on), resumes (on the
+/// default fast backend), and evaluates with more thinking steps and
+/// candidates than it trained with.
 #[test]
 fn ebt_learns_by_thinking_and_resumes() {
     let unigram = unigram_entropy();

@@ -14,11 +14,13 @@ pub struct FastAdamW {
     pub v: Vec<Vec<f32>>,
     pub step: u64,
     pub hp: AdamHyper,
+    /// Per-parameter multiple of the learning rate (EBT's step size has its own).
+    pub lr_mult: Vec<f64>,
 }
 
 impl FastAdamW {
     pub fn new(lay: &WeightLayout, weight_decay: f64) -> Self {
-        Self { m: lay.zeros(), v: lay.zeros(), step: 0, hp: AdamHyper::new(weight_decay) }
+        Self { m: lay.zeros(), v: lay.zeros(), step: 0, hp: AdamHyper::new(weight_decay), lr_mult: vec![1.0; lay.specs.len()] }
     }
 
     /// One update at learning rate `lr` with gradients scaled by `clip`.
@@ -31,6 +33,7 @@ impl FastAdamW {
         let (ibc1, ibc2) = ((1.0 / bc1) as f32, (1.0 / bc2) as f32);
         for i in 0..params.len() {
             let decay = if lay.specs[i].shape.len() >= 2 { hp.weight_decay } else { 0.0 };
+            let lr = lr * self.lr_mult[i];
             let keep = (1.0 - lr * decay) as f32;
             let lr = lr as f32;
             let (p, g, m, v) = (&mut params[i], &grads[i], &mut self.m[i], &mut self.v[i]);

@@ -89,6 +89,24 @@ pub fn ff2w_act(act: Activation, b1: &[f32], m: usize, s: &mut [f32], ds: &mut [
     }
 }
 
+/// The activation with its derivatives in place: `s` holds u - b1 on entry;
+/// leaves s(u), s'(u), s''(u), row width m (EBT's prediction stream).
+pub fn act_with_derivatives(act: Activation, b1: &[f32], m: usize, s: &mut [f32], ds: &mut [f32], dds: &mut [f32]) {
+    fn run<const GELU: bool>(b1: &[f32], m: usize, s: &mut [f32], ds: &mut [f32], dds: &mut [f32]) {
+        with_avx2!({
+            for ((s, ds), dds) in s.chunks_exact_mut(m).zip(ds.chunks_exact_mut(m)).zip(dds.chunks_exact_mut(m)) {
+                for j in 0..m {
+                    (s[j], ds[j], dds[j]) = act3(if GELU { Activation::Gelu } else { Activation::Relu }, s[j] + b1[j]);
+                }
+            }
+        })
+    }
+    match act {
+        Activation::Gelu => run::<true>(b1, m, s, ds, dds),
+        Activation::Relu => run::<false>(b1, m, s, ds, dds),
+    }
+}
+
 /// The ff1 activations in place: `w` holds u - b1 on entry; leaves w = s s'
 /// and h = (s s')' = s'^2 + s s'', row width m.
 pub fn ff1_act(act: Activation, b1: &[f32], m: usize, w: &mut [f32], h: &mut [f32]) {

@@ -1,6 +1,7 @@
 //! The fast backend: each model's forward and hand-derived backward in plain
 //! Rust on f32 slices (NRGPT: forward.rs, backward.rs; the GPT baselines:
-//! gpt_baselines.rs), for training on the CPU without an autograd graph.
+//! gpt_baselines.rs; EBT, with its exact second-order backward: ebt/), for
+//! training on the CPU without an autograd graph.
 //!
 //! The batch is cut into chunks of whole sequences (a fixed size, independent
 //! of the thread count); each chunk runs forward + backward on its own
@@ -16,6 +17,7 @@
 pub mod adamw;
 pub mod backward;
 pub mod buffers;
+pub mod ebt;
 pub mod forward;
 pub mod gemm;
 pub mod gpt_baselines;
@@ -98,6 +100,39 @@ pub struct FastModel {
     pub fault: Option<Fault>,
 }
 
+/// Runs `f(i, chunk i)` on every chunk, on `threads` threads that take chunks
+/// from a shared counter (so a thread the OS preempts does not hold the others up).
+pub(crate) fn run_chunks<W: Send>(ws: &[Mutex<W>], threads: usize, f: impl Fn(usize, &mut W) + Sync) {
+    let next = AtomicUsize::new(0);
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= ws.len() {
+            break;
+        }
+        f(i, &mut ws[i].lock().unwrap());
+    };
+    std::thread::scope(|sc| {
+        for _ in 1..threads {
+            sc.spawn(work);
+        }
+        work();
+    });
+}
+
+/// `dst` = the sum of the chunks' gradients, added in chunk order (so the
+/// result does not depend on which thread ran which chunk).
+pub(crate) fn sum_in_order<'a>(dst: &mut [Vec<f32>], mut parts: impl Iterator<Item = &'a [Vec<f32>]>) {
+    let first = parts.next().expect("at least one chunk");
+    for (g, f) in dst.iter_mut().zip(first) {
+        g.copy_from_slice(f);
+    }
+    for part in parts {
+        for (g, p) in dst.iter_mut().zip(part) {
+            g.iter_mut().zip(p).for_each(|(a, b)| *a += b);
+        }
+    }
+}
+
 impl FastModel {
     /// A model for batches of `batch` sequences of `cfg.block_size` tokens, on `threads` threads.
     pub fn new(cfg: &ModelConfig, weights: &Weights, batch: usize, threads: usize) -> Result<Self> {
@@ -171,28 +206,9 @@ impl FastModel {
                 Some(s)
             })
             .collect();
-        let (ws, next) = (&self.ws, AtomicUsize::new(0));
-        let work = || loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= ws.len() {
-                break;
-            }
-            run(&mut ws[i].lock().unwrap(), starts[i]);
-        };
-        std::thread::scope(|sc| {
-            for _ in 1..self.threads {
-                sc.spawn(work);
-            }
-            work();
-        });
-        // Sum the chunks' gradients in chunk order.
+        run_chunks(&self.ws, self.threads, |i, ws| run(ws, starts[i]));
         let ws: Vec<&Workspace> = self.ws.iter_mut().map(|w| &*w.get_mut().unwrap()).collect();
-        for (i, g) in self.grads.iter_mut().enumerate() {
-            g.copy_from_slice(&ws[0].grads[i]);
-            for w in &ws[1..] {
-                g.iter_mut().zip(&w.grads[i]).for_each(|(a, b)| *a += b);
-            }
-        }
+        sum_in_order(&mut self.grads, ws.iter().map(|w| &w.grads[..]));
         let loss: f64 = ws.iter().map(|w| w.loss_sum).sum();
         Ok(loss / total as f64)
     }

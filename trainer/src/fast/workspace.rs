@@ -85,6 +85,29 @@ pub struct LayerTape {
     pub ds: Vec<f32>,
 }
 
+impl LayerTape {
+    pub fn new(dm: &Dims) -> Self {
+        let (r, d, hd, m) = (dm.r, dm.d, dm.hd, dm.m);
+        let z = |len: usize| vec![0f32; len];
+        Self {
+            x: z(r * d),
+            xh1: z(r * d),
+            rstd1: z(r),
+            g1: z(r * d),
+            q: z(r * hd),
+            k: z(r * hd),
+            v: z(r * hd),
+            p: z(dm.nb * dm.h * dm.n * dm.n),
+            o: z(r * hd),
+            xh2: z(r * d),
+            rstd2: z(r),
+            g2: z(r * d),
+            s: z(r * m),
+            ds: z(r * m),
+        }
+    }
+}
+
 pub struct Workspace {
     pub dims: Dims,
     /// NRGPT: one per descent step (empty for GPT).
@@ -139,24 +162,7 @@ impl Workspace {
                 gff: z(r * d),
             })
             .collect();
-        let layers = (0..if nrgpt { 0 } else { dm.steps })
-            .map(|_| LayerTape {
-                x: z(r * d),
-                xh1: z(r * d),
-                rstd1: z(r),
-                g1: z(r * d),
-                q: z(r * hd),
-                k: z(r * hd),
-                v: z(r * hd),
-                p: z(nb * dm.h * dm.n * dm.n),
-                o: z(r * hd),
-                xh2: z(r * d),
-                rstd2: z(r),
-                g2: z(r * d),
-                s: z(r * m),
-                ds: z(r * m),
-            })
-            .collect();
+        let layers = (0..if nrgpt { 0 } else { dm.steps }).map(|_| LayerTape::new(&dm)).collect();
         Self {
             dims: dm,
             tape,

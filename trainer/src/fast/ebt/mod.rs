@@ -1,0 +1,227 @@
+//! EBT on the fast backend: the same training loss as crates/core/src/ebt.rs
+//! `train_loss` (trainer/tests/fast_ebt.rs holds every gradient to candle's),
+//! with its parameter gradient computed exactly, in f32, by hand.
+//!
+//! Per batch the real stream runs once (the GPT layers of gpt_baselines.rs,
+//! keeping each layer's keys and values; of the last layer only those, as
+//! nothing reads its output). Per thinking step s, with z(s)
+//! detached: the prediction stream's forward and its input-gradient pass give
+//! g = dE/dz (predict.rs); z(s+1) = z(s) - a s_A g + noise and its
+//! cross-entropy give dL/dz(s+1); the loss reaches the parameters only through
+//! g, so its gradient is that of a directional derivative of E, taken by a
+//! tangent pass and its reverse (second.rs: exact second order, not a
+//! finite-difference Hessian-vector product, so the agreement with candle is
+//! f32 round-off and no step size has to be tuned). The gradients every
+//! step sends into the real keys and values are summed, and the real stream's
+//! backward runs once at the end.
+//!
+//! Chunks of whole sequences run in parallel as in `FastModel` (deterministic
+//! for any thread count).
+
+pub mod attend;
+pub mod norm_tangent;
+pub mod predict;
+pub mod second;
+pub mod tape;
+
+use std::sync::Mutex;
+
+use anyhow::{bail, ensure, Result};
+use nrgpt_core::ebt::{ThinkPlan, MIN_STEP};
+use nrgpt_core::layout::{Body, EbtIdx, WeightLayout};
+use nrgpt_core::model::Weights;
+use nrgpt_core::{Arch, ModelConfig};
+
+use super::backward::embed_bwd;
+use super::buffers::Buffers;
+use super::forward::embed;
+use super::gpt_baselines::{layer_backward, layer_forward, LayerScratch};
+use super::gemm::{mm, View};
+use super::math::{cross_entropy_rows, norm_bwd, norm_fwd};
+use super::{run_chunks, sum_in_order, SEQS_PER_CHUNK};
+use tape::EbtWorkspace;
+
+/// A [`ThinkPlan`] as flat f32 rows (B * n rows of V, or of 1 for the step scale).
+pub struct FlatPlan {
+    pub z0: Vec<f32>,
+    pub steps: usize,
+    pub step_scale: Option<Vec<f32>>,
+    pub langevin: Vec<Vec<f32>>,
+}
+
+impl FlatPlan {
+    pub fn new(plan: &ThinkPlan) -> Result<Self> {
+        let flat = |t: &candle_core::Tensor| -> Result<Vec<f32>> { Ok(t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?) };
+        Ok(Self {
+            z0: flat(&plan.z0)?,
+            steps: plan.steps,
+            step_scale: plan.step_scale.as_ref().map(flat).transpose()?,
+            langevin: plan.langevin.iter().map(flat).collect::<Result<_>>()?,
+        })
+    }
+}
+
+pub struct FastEbt {
+    pub cfg: ModelConfig,
+    pub lay: WeightLayout,
+    pub params: Vec<Vec<f32>>,
+    /// dL/dparam of the last `loss_and_grad`.
+    pub grads: Vec<Vec<f32>>,
+    pub batch: usize,
+    ws: Vec<Mutex<EbtWorkspace>>,
+    threads: usize,
+    pt: Vec<Vec<f32>>,
+}
+
+/// One chunk's slice of the plan.
+struct ChunkPlan<'a> {
+    z0: &'a [f32],
+    scale: Option<&'a [f32]>,
+    langevin: Vec<&'a [f32]>,
+    steps: usize,
+    /// Tokens in the whole batch (the cross-entropy's mean).
+    total: usize,
+}
+
+impl FastEbt {
+    pub fn new(cfg: &ModelConfig, weights: &Weights, batch: usize, threads: usize) -> Result<Self> {
+        cfg.validate()?;
+        ensure!(cfg.arch == Arch::Ebt, "the fast EBT trainer needs an EBT config, not `{}`", cfg.arch.name());
+        ensure!(batch > 0, "batch must be positive");
+        let lay = WeightLayout::new(cfg);
+        let params = lay.from_weights(weights, "")?;
+        let chunks = batch.div_ceil(SEQS_PER_CHUNK);
+        let ws = (0..chunks)
+            .map(|c| Mutex::new(EbtWorkspace::new(cfg, batch / chunks + usize::from(c < batch % chunks), lay.zeros())))
+            .collect();
+        Ok(Self { cfg: cfg.clone(), grads: lay.zeros(), lay, params, batch, ws, threads: threads.clamp(1, chunks), pt: Vec::new() })
+    }
+
+    fn ix(&self) -> &EbtIdx {
+        match &self.lay.body {
+            Body::Ebt(ix) => ix,
+            _ => unreachable!("checked in new"),
+        }
+    }
+
+    /// The training loss of the batch (`ids`, `tgt`: batch * block tokens) thinking
+    /// as `plan` says, its gradient into `self.grads`, and the final candidates z(steps).
+    pub fn loss_and_grad(&mut self, ids: &[u32], tgt: &[u32], plan: &FlatPlan) -> Result<(f64, Vec<f32>)> {
+        let (n, v) = (self.cfg.block_size, self.cfg.vocab_size);
+        let total = self.batch * n;
+        ensure!(ids.len() == total && tgt.len() == total, "batch of {} tokens, expected {total}", ids.len());
+        if let Some(&bad) = ids.iter().chain(tgt).find(|&&t| t as usize >= v) {
+            bail!("token id {bad} is outside the vocabulary of {v}");
+        }
+        ensure!(plan.steps > 0, "EBT training needs at least one thinking step");
+        ensure!(plan.z0.len() == total * v, "the plan's z0 has {} values, expected {}", plan.z0.len(), total * v);
+        ensure!(plan.step_scale.as_ref().is_none_or(|s| s.len() == total), "the plan's step scale has the wrong size");
+        ensure!(plan.langevin.is_empty() || plan.langevin.len() >= plan.steps, "the plan has noise for {} of {} steps", plan.langevin.len(), plan.steps);
+        ensure!(plan.langevin.iter().all(|e| e.len() == total * v), "the plan's Langevin noise has the wrong size");
+        self.lay.transposes(&self.params, &mut self.pt);
+        let (cfg, lay, params, pt, ix) = (&self.cfg, &self.lay, &self.params, &self.pt, self.ix());
+        let starts: Vec<usize> = self.ws.iter().scan(0, |acc, w| {
+            let s = *acc;
+            *acc += w.lock().unwrap().dims.r;
+            Some(s)
+        }).collect();
+        run_chunks(&self.ws, self.threads, |i, ws| {
+            let (row0, rows) = (starts[i], ws.dims.r);
+            let cp = ChunkPlan {
+                z0: &plan.z0[row0 * v..(row0 + rows) * v],
+                scale: plan.step_scale.as_ref().map(|s| &s[row0..row0 + rows]),
+                langevin: plan.langevin.iter().take(plan.steps).map(|e| &e[row0 * v..(row0 + rows) * v]).collect(),
+                steps: plan.steps,
+                total,
+            };
+            chunk(cfg, lay, ix, params, pt, ws, &ids[row0..row0 + rows], &tgt[row0..row0 + rows], &cp);
+        });
+        let ws: Vec<&EbtWorkspace> = self.ws.iter_mut().map(|w| &*w.get_mut().unwrap()).collect();
+        sum_in_order(&mut self.grads, ws.iter().map(|w| &w.grads[..]));
+        let loss: f64 = ws.iter().map(|w| w.loss_sum).sum();
+        let z: Vec<f32> = ws.iter().flat_map(|w| w.z.iter().copied()).collect();
+        Ok((loss / total as f64, z))
+    }
+
+    pub fn weights(&self) -> Result<Weights> {
+        self.lay.to_weights(&self.params, "")
+    }
+
+    pub fn grad_weights(&self) -> Result<Weights> {
+        self.lay.to_weights(&self.grads, "")
+    }
+}
+
+/// Forward and backward of one chunk, every thinking step; leaves its gradients, loss and final z in `ws`.
+#[allow(clippy::too_many_arguments)]
+fn chunk(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut EbtWorkspace, ids: &[u32], tgt: &[u32], plan: &ChunkPlan) {
+    let dims = ws.dims;
+    let (n, d, v) = (dims.n, dims.d, dims.v);
+    ws.grads.iter_mut().for_each(|g| g.fill(0.0));
+    ws.kbar.iter_mut().chain(ws.vbar.iter_mut()).for_each(|g| g.fill(0.0));
+    ws.loss_sum = 0.0;
+    // the real stream, once
+    let layers = ix.layers.len();
+    embed(lay, p, ids, n, d, None, &mut ws.real[0].x);
+    for l in 0..layers - 1 {
+        let (head, tail) = ws.real.split_at_mut(l + 1);
+        layer_forward(cfg, &ix.layers[l], p, pt, &dims, &mut head[l], &mut tail[0].x, &mut ws.tmp_d, (None, None));
+    }
+    // the last layer: predictions read only its keys and values
+    let (top, top_ix) = (&mut ws.real[layers - 1], &ix.layers[layers - 1]);
+    norm_fwd(cfg.norm, &top.x, &p[top_ix.ln1], cfg.eps as f32, d, &mut top.xh1, &mut top.rstd1, &mut top.g1);
+    mm(&mut top.k, View::rm(&top.g1, dims.r, d), View::rm(&pt[top_ix.wk], d, dims.hd), false, 1.0);
+    mm(&mut top.v, View::rm(&top.g1, dims.r, d), View::rm(&pt[top_ix.wv], d, dims.hd), false, 1.0);
+    // a = max(e^log_a, MIN_STEP); da/dlog_a = a where the exponential is above the floor
+    let ea = (p[ix.log_a][0] as f64).exp();
+    let (a, dadlog) = if ea > MIN_STEP { (ea as f32, ea) } else { (MIN_STEP as f32, 0.0) };
+    let inv_steps = 1.0 / plan.steps as f32;
+    let mut dlog_a = 0.0f64;
+    ws.z.copy_from_slice(plan.z0);
+    for s in 0..plan.steps {
+        predict::forward(cfg, lay, ix, p, pt, ws);
+        predict::input_grad(cfg, lay, ix, p, ws);
+        // z(s+1) = z(s) - a s_A g (+ noise); its cross-entropy, and dL/dz(s+1) (for the mean over steps) into u
+        let EbtWorkspace { z, z_next, g, u, zero_v, loss_sum, .. } = ws;
+        for (row, ((zn, zr), gr)) in z_next.chunks_exact_mut(v).zip(z.chunks_exact(v)).zip(g.chunks_exact(v)).enumerate() {
+            let step = a * plan.scale.map_or(1.0, |sc| sc[row]);
+            zn.iter_mut().zip(zr.iter().zip(gr)).for_each(|(o, (z, g))| *o = z - step * g);
+        }
+        if let Some(noise) = plan.langevin.get(s) {
+            z_next.iter_mut().zip(noise.iter()).for_each(|(z, e)| *z += e);
+        }
+        u.copy_from_slice(z_next);
+        *loss_sum += cross_entropy_rows(u, zero_v, tgt, v, plan.total) * inv_steps as f64;
+        // u = dL/dg = -a s_A dL/dz(s+1); dL/da = -sum_A s_A g_A . dL/dz(s+1)
+        for (row, (ur, gr)) in u.chunks_exact_mut(v).zip(g.chunks_exact(v)).enumerate() {
+            let sc = plan.scale.map_or(1.0, |sc| sc[row]);
+            let mut dot = 0.0f32;
+            for (x, g) in ur.iter_mut().zip(gr) {
+                *x *= inv_steps;
+                dot += *x * g;
+                *x *= -a * sc;
+            }
+            dlog_a -= (sc * dot) as f64 * dadlog;
+        }
+        second::tangent(cfg, lay, ix, p, pt, ws);
+        second::backward(cfg, lay, ix, p, ws);
+        std::mem::swap(&mut ws.z, &mut ws.z_next);
+    }
+    ws.grads[ix.log_a][0] += dlog_a as f32;
+    // the real stream's backward, once, from what every step sent its keys and values
+    let EbtWorkspace { real, kbar, vbar, dx, dg, tmp_d, tmp_hd, dq, dk, dv, ta, nn, grads, .. } = ws;
+    let (r, hd) = (dims.r, dims.hd);
+    let (top, top_ix, l) = (&real[layers - 1], &ix.layers[layers - 1], layers - 1);
+    // k, v = g1 W^T: dg1 = dk Wk + dv Wv, dW += d^T g1, then the norm
+    mm(dg, View::rm(&kbar[l], r, hd), View::rm(&p[top_ix.wk], hd, d), false, 1.0);
+    mm(dg, View::rm(&vbar[l], r, hd), View::rm(&p[top_ix.wv], hd, d), true, 1.0);
+    mm(&mut grads[top_ix.wk], View::rm(&kbar[l], r, hd).t(), View::rm(&top.g1, r, d), true, 1.0);
+    mm(&mut grads[top_ix.wv], View::rm(&vbar[l], r, hd).t(), View::rm(&top.g1, r, d), true, 1.0);
+    dx.fill(0.0);
+    norm_bwd(cfg.norm, dg, &top.xh1, &top.rstd1, &p[top_ix.ln1], d, dx, &mut grads[top_ix.ln1]);
+    let mut sc = LayerScratch { dx, dg, tmp_d, tmp_hd, dq, dk, dv, ta, nn };
+    for l in (0..layers - 1).rev() {
+        layer_backward(cfg, &ix.layers[l], p, &dims, &real[l], &mut sc, grads, (None, None), Some((&kbar[l], &vbar[l])));
+    }
+    embed_bwd(lay, ids, n, d, None, sc.dx, grads);
+}

@@ -112,15 +112,13 @@ fn ebt_learns_by_thinking_and_resumes() {
     assert_eq!(cell(4, 2), cell(4, 1));
     assert!(cell(1, 1) != cell(4, 1), "thinking longer changed nothing");
     assert!(table[0]["table"]["energy_loss_corr"].as_f64().unwrap().is_finite());
-    // sampling has no EBT path yet: a clear error, not a panic
-    let sample = Command::new(env!("CARGO_BIN_EXE_trainer"))
-        .current_dir(root(""))
-        .args(["sample", "--len", "5", "--ckpt"])
-        .arg(out.join("ckpt.safetensors"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&sample.stderr);
-    assert!(!sample.status.success() && err.contains("EBT") && !err.contains("panicked"), "ebt sample: {err}");
+    // sampling thinks per character: the same seed gives the same text, another seed another one
+    let sample = |seed: &str, samples: &str| cli(&["sample", "--len", "40", "--prompt", "ROMEO:", "--seed", seed, "--samples", samples, "--steps", "4"]);
+    let a = sample("1", "1");
+    assert_eq!(a, sample("1", "1"), "EBT sampling is not reproducible");
+    assert!(a.trim_end().chars().count() >= "ROMEO:".len() + 30, "EBT sample too short: {a:?}");
+    assert_ne!(a, sample("2", "1"), "the seed changed nothing");
+    assert!(!sample("1", "3").is_empty());
 }
 
 /// On the trained NRGPT, each token's own step lowers its energy with the

@@ -464,9 +464,9 @@ fn eval(a: EvalArgs, json: bool) -> Result<()> {
 
 fn think(a: ThinkArgs, json: bool) -> Result<()> {
     let ck = load_ckpt(&a.ckpt)?;
-    let Net::Ebt(ebt) = Net::new(&ck.config, &ck.weights)? else {
+    if ck.config.arch != Arch::Ebt {
         anyhow::bail!("{} is a {}, not an EBT: only an EBT thinks", a.ckpt.display(), ck.config.arch.name());
-    };
+    }
     let spec = TableSpec { steps: a.steps, samples: a.samples, verify: a.verify, batch: a.batch };
     let mut texts = vec![(format!("{} (val split)", a.data.display()), Corpus::load(&a.data, &ck.vocab)?.val)];
     for path in &a.ood {
@@ -477,7 +477,7 @@ fn think(a: ThinkArgs, json: bool) -> Result<()> {
     for (i, (name, ids)) in texts.iter().enumerate() {
         let ids = &ids[..a.max_chars.min(ids.len())];
         let pb = indicatif::ProgressBar::new(0).with_message(name.clone());
-        let t = thinking_table(&ebt, ids, &spec, &mut |done, total| {
+        let t = thinking_table(&ck.config, &ck.weights, ids, &spec, &mut |done, total| {
             pb.set_length(total as u64);
             pb.set_position(done as u64);
         })?;

@@ -5,12 +5,14 @@
 //! (S, N) is read off the same trajectories (the first N candidates' step S).
 
 use anyhow::{ensure, Result};
-use candle_core::{DType, Device, Tensor, D};
-use nrgpt_core::ebt::{Ebt, Verify};
-use nrgpt_core::ops::softmax_lse;
+use nrgpt_core::ebt::Verify;
+use nrgpt_core::model::Weights;
 use nrgpt_core::rng::Rng64;
+use nrgpt_core::ModelConfig;
 
 use crate::data::all_windows;
+use crate::fast::ebt::FastEbt;
+use crate::fast::num_threads;
 
 /// The noise stream of the table's candidates (fixed: reruns agree).
 const STREAM_TABLE: u64 = 0x7AB1E;
@@ -42,15 +44,20 @@ pub struct TextTable {
     pub points: Vec<(f64, f64)>,
 }
 
-/// Per-position cross-entropy of softmax(z) (B, n, V) against `y` (B, n), flattened.
-fn char_losses(z: &Tensor, y: &Tensor) -> Result<Vec<f64>> {
-    let (_, lse) = softmax_lse(z)?;
-    let picked = z.gather(&y.unsqueeze(D::Minus1)?, D::Minus1)?.squeeze(D::Minus1)?;
-    Ok((lse - picked)?.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?)
+/// Per-row cross-entropy of softmax(z) (rows of `v`) against `y`: lse(z) - z_y.
+fn char_losses(z: &[f32], y: &[u32], v: usize) -> Vec<f64> {
+    z.chunks_exact(v)
+        .zip(y)
+        .map(|(row, &t)| {
+            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let lse = mx + row.iter().map(|&x| (x as f64 - mx).exp()).sum::<f64>().ln();
+            lse - row[t as usize] as f64
+        })
+        .collect()
 }
 
-fn flat(t: &Tensor) -> Result<Vec<f64>> {
-    Ok(t.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?)
+fn widen(e: &[f32]) -> Vec<f64> {
+    e.iter().map(|&x| x as f64).collect()
 }
 
 pub fn pearson(xs: &[(f64, f64)]) -> f64 {
@@ -67,38 +74,41 @@ pub fn pearson(xs: &[(f64, f64)]) -> f64 {
 
 /// The table of `spec` over every non-overlapping window of `data`;
 /// `progress(done, total)` after each window batch.
-pub fn thinking_table(ebt: &Ebt, data: &[u32], spec: &TableSpec, progress: &mut dyn FnMut(usize, usize)) -> Result<TextTable> {
+pub fn thinking_table(cfg: &ModelConfig, weights: &Weights, data: &[u32], spec: &TableSpec, progress: &mut dyn FnMut(usize, usize)) -> Result<TextTable> {
     ensure!(!spec.steps.is_empty() && !spec.samples.is_empty(), "give at least one step count and one candidate count");
     ensure!(spec.samples.iter().all(|&n| n >= 1), "a candidate count is at least 1");
     ensure!(spec.batch >= 1, "--batch is at least 1");
-    let block = ebt.cfg.block_size;
+    let (block, v) = (cfg.block_size, cfg.vocab_size);
     let windows = all_windows(data, block);
     ensure!(!windows.is_empty(), "the text has no full window of {} characters", block + 1);
     let (s_max, n_max) = (*spec.steps.iter().max().unwrap(), *spec.samples.iter().max().unwrap());
-    let trained = ebt.cfg.steps;
+    let trained = cfg.steps;
     let mut sums = vec![0.0; spec.steps.len() * spec.samples.len()];
     let mut pairs = Vec::new();
     let mut count = 0usize;
+    let mut fast: Option<FastEbt> = None;
     for (done, chunk) in windows.chunks(spec.batch).enumerate() {
         let b = chunk.len();
+        if fast.as_ref().is_none_or(|f| f.batch != b) {
+            fast = Some(FastEbt::new(cfg, weights, b, num_threads())?);
+        }
+        let fast = fast.as_mut().expect("built above");
         let x: Vec<u32> = chunk.iter().flat_map(|(x, _)| x.iter().copied()).collect();
         let y: Vec<u32> = chunk.iter().flat_map(|(_, y)| y.iter().copied()).collect();
-        let x = Tensor::from_vec(x, (b, block), &Device::Cpu)?;
-        let y = Tensor::from_vec(y, (b, block), &Device::Cpu)?;
-        let ctx = ebt.context(&x)?;
         let mut rng = Rng64::derive(STREAM_TABLE, done as u64);
         // per candidate, per step of interest: (char losses, energies); and E at step 0
         let mut cand: Vec<(Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>)> = Vec::with_capacity(n_max);
         for c in 0..n_max {
-            let z0 = ebt.initial_logits(b, block, &mut rng)?;
-            let th = ebt.think(&ctx, &z0, s_max.max(trained), 1.0)?;
-            let losses = spec.steps.iter().map(|&s| char_losses(&th.logits[s], &y)).collect::<Result<Vec<_>>>()?;
-            let energies = spec.steps.iter().map(|&s| flat(&th.energies[s])).collect::<Result<Vec<_>>>()?;
+            // z(0) ~ N(0, ebt_noise^2), as in training
+            let z0: Vec<f32> = (0..b * block * v).map(|_| (rng.normal() * cfg.ebt_noise) as f32).collect();
+            let th = fast.think(&x, &z0, s_max.max(trained))?;
+            let losses = spec.steps.iter().map(|&s| char_losses(&th.logits[s], &y, v)).collect::<Vec<_>>();
+            let energies = spec.steps.iter().map(|&s| widen(&th.energies[s])).collect::<Vec<_>>();
             if c == 0 {
-                let (l, e) = (char_losses(&th.logits[trained], &y)?, flat(&th.energies[trained])?);
+                let (l, e) = (char_losses(&th.logits[trained], &y, v), widen(&th.energies[trained]));
                 pairs.extend(e.into_iter().zip(l));
             }
-            cand.push((flat(&th.energies[0])?, losses, energies));
+            cand.push((widen(&th.energies[0]), losses, energies));
         }
         for (si, _) in spec.steps.iter().enumerate() {
             for (ni, &n) in spec.samples.iter().enumerate() {

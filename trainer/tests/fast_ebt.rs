@@ -163,6 +163,33 @@ fn relu_rmsnorm_matches_candle() {
     check(Activation::Relu, NormKind::RmsNorm, 2, 8);
 }
 
+/// Thinking without training (the thinking table's path, fast/ebt/think.rs)
+/// follows the oracle's `Ebt::think`: every z(s) and E(s), both model variants,
+/// a step large enough to move z far.
+#[test]
+fn thinking_matches_candle() {
+    for (act, norm, layers) in [(Activation::Gelu, NormKind::LayerNorm, 2), (Activation::Relu, NormKind::RmsNorm, 1)] {
+        let cfg = config(act, norm, layers);
+        let w = weights(&cfg, 12, 20.0);
+        let ids = tokens(&cfg, 6);
+        let z0 = plan(&cfg, 7, 1).z0;
+        let ebt = Ebt::new(&cfg, &w).unwrap();
+        let x = Tensor::from_slice(&ids, (BATCH, cfg.block_size), &Device::Cpu).unwrap();
+        let z0c = Tensor::from_slice(&z0, (BATCH, cfg.block_size, cfg.vocab_size), &Device::Cpu).unwrap().to_dtype(DType::F64).unwrap();
+        let want = ebt.think(&ebt.context(&x).unwrap(), &z0c, 4, 1.0).unwrap();
+        let got = FastEbt::new(&cfg, &w, BATCH, 2).unwrap().think(&ids, &z0, 4).unwrap();
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+        assert_eq!(got.logits.len(), 5, "z(0..=4)");
+        for s in 0..=4 {
+            let (ez, ee) = (rel(&got.logits[s], &flat(&want.logits[s])), rel(&got.energies[s], &flat(&want.energies[s])));
+            eprintln!("{act:?} {norm:?} layers {layers} step {s}: z {ez:.1e}, E {ee:.1e}");
+            assert!(ez < TOL && ee < TOL, "step {s}: z off by {ez:e}, E by {ee:e}");
+        }
+        let moved = rel(&got.logits[4], &flat(&want.logits[0]));
+        assert!(moved > 0.05, "the steps barely moved z ({moved}): the check would be vacuous");
+    }
+}
+
 /// Thread count changes nothing, to the bit (chunks are fixed, summed in order).
 #[test]
 fn gradients_do_not_depend_on_the_thread_count() {

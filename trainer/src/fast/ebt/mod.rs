@@ -23,6 +23,7 @@ pub mod norm_tangent;
 pub mod predict;
 pub mod second;
 pub mod tape;
+pub mod think;
 
 use std::sync::Mutex;
 
@@ -152,6 +153,33 @@ impl FastEbt {
     }
 }
 
+/// The real stream of a chunk, once: every layer's tape, and of the last
+/// layer only the keys and values (the predictions read nothing else of it).
+fn real_stream(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut EbtWorkspace, ids: &[u32]) {
+    let dims = ws.dims;
+    let (n, d) = (dims.n, dims.d);
+    let layers = ix.layers.len();
+    embed(lay, p, ids, n, d, None, &mut ws.real[0].x);
+    for l in 0..layers - 1 {
+        let (head, tail) = ws.real.split_at_mut(l + 1);
+        layer_forward(cfg, &ix.layers[l], p, pt, &dims, &mut head[l], &mut tail[0].x, &mut ws.tmp_d, (None, None));
+    }
+    let (top, top_ix) = (&mut ws.real[layers - 1], &ix.layers[layers - 1]);
+    norm_fwd(cfg.norm, &top.x, &p[top_ix.ln1], cfg.eps as f32, d, &mut top.xh1, &mut top.rstd1, &mut top.g1);
+    mm(&mut top.k, View::rm(&top.g1, dims.r, d), View::rm(&pt[top_ix.wk], d, dims.hd), false, 1.0);
+    mm(&mut top.v, View::rm(&top.g1, dims.r, d), View::rm(&pt[top_ix.wv], d, dims.hd), false, 1.0);
+}
+
+/// a = max(e^log_a, MIN_STEP) and da/dlog_a (a where the exponential is above the floor, else 0).
+fn step_size(ix: &EbtIdx, p: &[Vec<f32>]) -> (f32, f64) {
+    let ea = (p[ix.log_a][0] as f64).exp();
+    if ea > MIN_STEP {
+        (ea as f32, ea)
+    } else {
+        (MIN_STEP as f32, 0.0)
+    }
+}
+
 /// Forward and backward of one chunk, every thinking step; leaves its gradients, loss and final z in `ws`.
 #[allow(clippy::too_many_arguments)]
 fn chunk(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut EbtWorkspace, ids: &[u32], tgt: &[u32], plan: &ChunkPlan) {
@@ -160,21 +188,9 @@ fn chunk(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt:
     ws.grads.iter_mut().for_each(|g| g.fill(0.0));
     ws.kbar.iter_mut().chain(ws.vbar.iter_mut()).for_each(|g| g.fill(0.0));
     ws.loss_sum = 0.0;
-    // the real stream, once
+    real_stream(cfg, lay, ix, p, pt, ws, ids);
     let layers = ix.layers.len();
-    embed(lay, p, ids, n, d, None, &mut ws.real[0].x);
-    for l in 0..layers - 1 {
-        let (head, tail) = ws.real.split_at_mut(l + 1);
-        layer_forward(cfg, &ix.layers[l], p, pt, &dims, &mut head[l], &mut tail[0].x, &mut ws.tmp_d, (None, None));
-    }
-    // the last layer: predictions read only its keys and values
-    let (top, top_ix) = (&mut ws.real[layers - 1], &ix.layers[layers - 1]);
-    norm_fwd(cfg.norm, &top.x, &p[top_ix.ln1], cfg.eps as f32, d, &mut top.xh1, &mut top.rstd1, &mut top.g1);
-    mm(&mut top.k, View::rm(&top.g1, dims.r, d), View::rm(&pt[top_ix.wk], d, dims.hd), false, 1.0);
-    mm(&mut top.v, View::rm(&top.g1, dims.r, d), View::rm(&pt[top_ix.wv], d, dims.hd), false, 1.0);
-    // a = max(e^log_a, MIN_STEP); da/dlog_a = a where the exponential is above the floor
-    let ea = (p[ix.log_a][0] as f64).exp();
-    let (a, dadlog) = if ea > MIN_STEP { (ea as f32, ea) } else { (MIN_STEP as f32, 0.0) };
+    let (a, dadlog) = step_size(ix, p);
     let inv_steps = 1.0 / plan.steps as f32;
     let mut dlog_a = 0.0f64;
     ws.z.copy_from_slice(plan.z0);

@@ -1,0 +1,68 @@
+//! Thinking without training on the fast backend: `Ebt::think` (the candle
+//! oracle, crates/core/src/ebt.rs) written with the trainer's own forward and
+//! input-gradient passes. The thinking table thinks 16 candidates for 32
+//! steps over thousands of characters; on the oracle's tensors that is hours.
+
+use anyhow::{bail, ensure, Result};
+
+use super::tape::EbtWorkspace;
+use crate::fast::buffers::Buffers;
+use super::{predict, real_stream, step_size, FastEbt};
+use crate::fast::run_chunks;
+
+/// z(s) (rows of V) and E(s) (one per row) for s = 0..=steps, rows in batch order.
+pub struct Trajectory {
+    pub logits: Vec<Vec<f32>>,
+    pub energies: Vec<Vec<f32>>,
+}
+
+impl FastEbt {
+    /// Thinks `steps` steps of z <- z - a dE/dz from `z0` (batch * block rows
+    /// of V) for the windows `ids` (batch * block tokens), without noise.
+    pub fn think(&mut self, ids: &[u32], z0: &[f32], steps: usize) -> Result<Trajectory> {
+        let (n, v) = (self.cfg.block_size, self.cfg.vocab_size);
+        let total = self.batch * n;
+        ensure!(ids.len() == total, "a batch of {} tokens, expected {total}", ids.len());
+        ensure!(z0.len() == total * v, "z0 has {} values, expected {}", z0.len(), total * v);
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= v) {
+            bail!("token id {bad} is outside the vocabulary of {v}");
+        }
+        self.lay.transposes(&self.params, &mut self.pt);
+        let (cfg, lay, p, pt) = (&self.cfg, &self.lay, &self.params, &self.pt);
+        let ix = self.ix();
+        let (a, _) = step_size(ix, p);
+        let starts: Vec<usize> = self.ws.iter().scan(0, |acc, w| {
+            let s = *acc;
+            *acc += w.lock().unwrap().dims.r;
+            Some(s)
+        }).collect();
+        let parts: Vec<std::sync::Mutex<Trajectory>> =
+            self.ws.iter().map(|_| std::sync::Mutex::new(Trajectory { logits: Vec::new(), energies: Vec::new() })).collect();
+        run_chunks(&self.ws, self.threads, |i, ws| {
+            let (row0, rows) = (starts[i], ws.dims.r);
+            real_stream(cfg, lay, ix, p, pt, ws, &ids[row0..row0 + rows]);
+            ws.z.copy_from_slice(&z0[row0 * v..(row0 + rows) * v]);
+            let mut out = parts[i].lock().unwrap();
+            for s in 0..=steps {
+                predict::forward(cfg, lay, ix, p, pt, ws);
+                // E = head(out_norm(p)): forward leaves the normalised rows in tmp_d
+                let d = ws.dims.d;
+                let e = ws.tmp_d.chunks_exact(d).map(|g| g.iter().zip(&p[lay.head_w]).map(|(x, w)| x * w).sum::<f32>() + p[lay.head_b][0]);
+                out.energies.push(e.collect());
+                out.logits.push(ws.z.clone());
+                if s < steps {
+                    predict::input_grad(cfg, lay, ix, p, ws);
+                    // z <- z - a dE/dz
+                    let EbtWorkspace { z, g, .. } = ws;
+                    z.iter_mut().zip(g.iter()).for_each(|(z, g)| *z -= a * g);
+                }
+            }
+        });
+        let parts: Vec<Trajectory> = parts.into_iter().map(|m| m.into_inner().unwrap()).collect();
+        let join = |f: &dyn Fn(&Trajectory) -> &Vec<Vec<f32>>, s: usize| parts.iter().flat_map(|t| f(t)[s].iter().copied()).collect();
+        Ok(Trajectory {
+            logits: (0..=steps).map(|s| join(&|t| &t.logits, s)).collect(),
+            energies: (0..=steps).map(|s| join(&|t| &t.energies, s)).collect(),
+        })
+    }
+}

@@ -21,6 +21,9 @@ pub fn candidate_noise(seed: u64, index: u64, samples: usize, v: usize, std: f64
     (0..samples.max(1)).map(|_| (0..v).map(|_| (rng.normal() * std) as f32).collect()).collect()
 }
 
+/// The relative rise in energy that accept-only-lower treats as a rise.
+const RISE_TOL: f32 = 1e-5;
+
 /// One candidate's thinking: z and E per step taken, and the steps used.
 pub struct CandidateThought {
     pub logits: Vec<Vec<f32>>,
@@ -59,7 +62,9 @@ pub fn think_candidate(
             return Err(Error::Config(format!("the energy became {e} at thinking step {s}")));
         }
         let prev = out.energies.last().copied();
-        if accept_lower && prev.is_some_and(|p| e > p) {
+        // a rise within f32 round-off is no rise: on a plateau (a saturated
+        // softmax) it would stop the f32 engine and not the f64 oracle
+        if accept_lower && prev.is_some_and(|p| e > p + RISE_TOL * p.abs().max(1.0)) {
             break;
         }
         out.energies.push(e);

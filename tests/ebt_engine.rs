@@ -1,0 +1,152 @@
+//! The engine's incremental EBT decoder (crates/engine/src/ebt_decoder.rs)
+//! against the oracle session (crates/core/src/ebt_session.rs): same seed,
+//! same candidates, same choice; logits within 1e-3 for every option the
+//! page exposes, across window slides, on one-at-a-time and prompt feeding.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use candle_core::{DType, Device, Tensor};
+use common::randn;
+use nrgpt_core::ebt::Verify;
+use nrgpt_core::ebt_session::EbtSession;
+use nrgpt_core::model::init_weights;
+use nrgpt_core::rng::Rng64;
+use nrgpt_core::session::{EbtThinkOpts, StepOpts, TokenTrace};
+use nrgpt_core::{Activation, Arch, Checkpoint, ModelConfig, NormKind, Vocab};
+use nrgpt_engine::{Backend, Decoder, DecoderOpts};
+
+const CHARS: &str = "abcdefghij \n";
+
+fn config(act: Activation, norm: NormKind) -> ModelConfig {
+    let mut c = ModelConfig::new(Arch::Ebt, CHARS.chars().count(), 24, 2, 3, 8);
+    c.layers = 2;
+    c.ff_mult = 2;
+    c.activation = act;
+    c.norm = norm;
+    c.ebt_noise = 1.0;
+    c
+}
+
+/// A random EBT whose energy has real structure (std 0.3 matrices), thinking step `a`.
+fn checkpoint(cfg: &ModelConfig, seed: u64, a: f32) -> Checkpoint {
+    let mut w = init_weights(cfg, seed, DType::F32, &Device::Cpu).unwrap();
+    let mut rng = Rng64::new(seed ^ 0xE17);
+    for t in w.values_mut() {
+        if t.rank() == 2 {
+            *t = randn(t.dims(), 0.3, &mut rng).to_dtype(DType::F32).unwrap();
+        }
+    }
+    w.insert("ebt.log_a".into(), Tensor::new(&[a.ln()], &Device::Cpu).unwrap());
+    let vocab = Vocab::from_chars(CHARS.chars().collect()).unwrap();
+    Checkpoint { config: cfg.clone(), vocab, weights: w, extra: BTreeMap::new(), meta: BTreeMap::new() }
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn assert_same(what: &str, engine: &TokenTrace, oracle: &TokenTrace) {
+    assert_eq!(engine.chosen, oracle.chosen, "{what}: chosen candidate");
+    assert_eq!(engine.steps_used, oracle.steps_used, "{what}: steps used");
+    assert_eq!(engine.candidates.len(), oracle.candidates.len(), "{what}: candidates");
+    let d = max_diff(&engine.logits, &oracle.logits);
+    assert!(d < 1e-3, "{what}: logits differ by {d}");
+    for (c, (e, o)) in engine.candidates.iter().zip(&oracle.candidates).enumerate() {
+        assert_eq!(e.len(), o.len(), "{what}: candidate {c} thought {} steps in the engine ({e:?}), {} in the oracle ({o:?})", e.len() - 1, o.len() - 1);
+        let scale = o.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+        let d = max_diff(e, o);
+        assert!(d / scale < 1e-4, "{what}: candidate {c}'s energies differ by {d} (scale {scale})");
+    }
+    assert_eq!(engine.step_logits.len(), oracle.step_logits.len(), "{what}: steps recorded");
+    for (s, (e, o)) in engine.step_logits.iter().zip(&oracle.step_logits).enumerate() {
+        let d = max_diff(e, o);
+        assert!(d < 1e-3, "{what}: step {s}'s logits differ by {d}");
+    }
+}
+
+fn seq(n: usize, v: usize, seed: u64) -> Vec<u32> {
+    let mut r = Rng64::new(seed);
+    (0..n).map(|_| r.below(v) as u32).collect()
+}
+
+fn decoder(ck: &Checkpoint) -> Decoder {
+    pollster::block_on(Decoder::new(&ck.to_bytes().unwrap(), DecoderOpts::default())).unwrap()
+}
+
+fn opts(steps: usize, samples: usize, verify: Verify, accept_lower: bool, early_exit: Option<f32>) -> StepOpts {
+    StepOpts { steps: Some(steps), early_exit, ebt: EbtThinkOpts { samples, verify, accept_lower, seed: 77 } }
+}
+
+#[test]
+fn incremental_decoder_thinks_as_the_oracle_one_character_at_a_time() {
+    for (act, norm) in [(Activation::Gelu, NormKind::LayerNorm), (Activation::Relu, NormKind::RmsNorm)] {
+        let cfg = config(act, norm);
+        // a step of 8 overshoots, so accept-only-lower has steps to refuse
+        for (o, a) in [
+            (opts(3, 1, Verify::MinEnergy, false, None), 0.5),
+            (opts(6, 4, Verify::MinEnergy, false, None), 0.5),
+            (opts(6, 4, Verify::MaxGap, true, None), 8.0),
+            (opts(12, 3, Verify::MinEnergy, false, Some(0.05)), 0.5),
+        ] {
+            let ck = checkpoint(&cfg, 5, a);
+            let (mut engine, mut oracle) = (decoder(&ck), EbtSession::new(&ck).unwrap());
+            assert!(matches!(engine.backend(), Backend::Cpu { .. }), "an EBT runs on the CPU engine");
+            let (mut not_first, mut stopped_early) = (0, 0);
+            // 20 characters through an 8-character window: two slides
+            for (i, &t) in seq(20, cfg.vocab_size, 3).iter().enumerate() {
+                let e = pollster::block_on(engine.push(t, &o)).unwrap();
+                let r = oracle.push(t, &o).unwrap();
+                assert_same(&format!("{act:?}/{norm:?} {:?} char {i}", o.ebt), &e, &r);
+                not_first += usize::from(r.chosen != 0);
+                stopped_early += usize::from(r.steps_used < o.steps.unwrap());
+            }
+            // the options must have acted, or the agreement shows little
+            if o.ebt.samples > 1 {
+                assert!(not_first > 0, "{:?}: verification always chose candidate 0", o.ebt);
+            }
+            if o.early_exit.is_some() || o.ebt.accept_lower {
+                assert!(stopped_early > 0, "{:?}: no character stopped early", o.ebt);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_prompt_fed_at_once_thinks_as_the_oracle_fed_one_by_one() {
+    let cfg = config(Activation::Gelu, NormKind::LayerNorm);
+    let ck = checkpoint(&cfg, 11, 0.5);
+    let o = opts(4, 4, Verify::MinEnergy, false, None);
+    for len in [1, 5, 8, 13] {
+        let prompt = seq(len, cfg.vocab_size, 40 + len as u64);
+        let mut engine = decoder(&ck);
+        let e = pollster::block_on(engine.push_many(&prompt, &o)).unwrap();
+        let mut oracle = EbtSession::new(&ck).unwrap();
+        prompt[..len - 1].iter().for_each(|&t| oracle.feed(t).unwrap());
+        let r = oracle.push(prompt[len - 1], &o).unwrap();
+        assert_same(&format!("prompt of {len}"), &e, &r);
+        // and the next character after it
+        let e = pollster::block_on(engine.push(2, &o)).unwrap();
+        let r = oracle.push(2, &o).unwrap();
+        assert_same(&format!("after a prompt of {len}"), &e, &r);
+    }
+}
+
+#[test]
+fn thinking_longer_and_more_candidates_lower_the_chosen_energy() {
+    let cfg = config(Activation::Gelu, NormKind::LayerNorm);
+    let ck = checkpoint(&cfg, 21, 0.5);
+    let mut engine = decoder(&ck);
+    let prompt = seq(6, cfg.vocab_size, 9);
+    let final_energy = |engine: &mut Decoder, o: &StepOpts| {
+        engine.reset();
+        *pollster::block_on(engine.push_many(&prompt, o)).unwrap().energies.last().unwrap()
+    };
+    let one = final_energy(&mut engine, &opts(1, 1, Verify::MinEnergy, true, None));
+    let many = final_energy(&mut engine, &opts(16, 1, Verify::MinEnergy, true, None));
+    let best = final_energy(&mut engine, &opts(16, 8, Verify::MinEnergy, true, None));
+    assert!(many < one, "16 accepted steps ({many}) should end lower than 1 ({one})");
+    assert!(best <= many, "the best of 8 ({best}) is at most candidate 0's energy ({many})");
+}

@@ -8,9 +8,13 @@ use nrgpt_core::model::{cross_entropy, Dropout, Weights};
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::{Arch, ForwardOpts, Model, ModelConfig};
 
+use crate::fast::ebt::think::predict;
+
 pub enum Net {
     Lm(Model),
-    Ebt(Ebt),
+    /// The oracle trains (the candle backend); evaluation thinks on the fast
+    /// backend's passes from the same weights (`fast::ebt::think::predict`, held to `Ebt::predict`).
+    Ebt { oracle: Ebt, weights: Weights },
 }
 
 /// How an EBT predicts when evaluated: thinking steps (default: as trained)
@@ -24,20 +28,20 @@ pub struct Thinking {
 
 impl Net {
     pub fn new(cfg: &ModelConfig, w: &Weights) -> Result<Self> {
-        Ok(if cfg.arch == Arch::Ebt { Net::Ebt(Ebt::new(cfg, w)?) } else { Net::Lm(Model::new(cfg, w)?) })
+        Ok(if cfg.arch == Arch::Ebt { Net::Ebt { oracle: Ebt::new(cfg, w)?, weights: w.clone() } } else { Net::Lm(Model::new(cfg, w)?) })
     }
 
     pub fn cfg(&self) -> &ModelConfig {
         match self {
             Net::Lm(m) => &m.cfg,
-            Net::Ebt(e) => &e.cfg,
+            Net::Ebt { oracle, .. } => &oracle.cfg,
         }
     }
 
     pub fn device(&self) -> &Device {
         match self {
             Net::Lm(m) => m.device(),
-            Net::Ebt(e) => e.device(),
+            Net::Ebt { oracle, .. } => oracle.device(),
         }
     }
 
@@ -46,9 +50,9 @@ impl Net {
     pub fn logits(&self, ids: &Tensor, think: Thinking, seed: u64) -> Result<Tensor> {
         Ok(match self {
             Net::Lm(m) => m.forward(ids, ForwardOpts { steps: think.steps, ..Default::default() })?.logits,
-            Net::Ebt(e) => {
-                let steps = think.steps.unwrap_or(e.cfg.steps);
-                e.predict(ids, steps, think.samples.max(1), think.verify, &mut Rng64::new(seed))?.0
+            Net::Ebt { oracle, weights } => {
+                let steps = think.steps.unwrap_or(oracle.cfg.steps);
+                predict(&oracle.cfg, weights, ids, steps, think.samples.max(1), think.verify, &mut Rng64::new(seed))?
             }
         })
     }
@@ -60,7 +64,7 @@ impl Net {
                 let logits = m.forward(x, ForwardOpts { dropout: Some(dropout), ..Default::default() })?.logits;
                 Ok((cross_entropy(&logits, y)?, None))
             }
-            Net::Ebt(e) => {
+            Net::Ebt { oracle: e, .. } => {
                 if dropout.p > 0.0 {
                     bail!("dropout is not implemented for EBT: train it with --dropout 0");
                 }

@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use candle_core::{DType, Device, Tensor, Var};
-use nrgpt_core::ebt::{Ebt, ThinkPlan};
+use nrgpt_core::ebt::{Ebt, ThinkPlan, Verify};
 use nrgpt_core::model::{init_weights, Weights};
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::{Activation, Arch, Checkpoint, ModelConfig, NormKind};
+use trainer::fast::ebt::think::predict;
 use trainer::fast::ebt::{FastEbt, FlatPlan};
 
 /// Relative l2 error allowed on z(steps) and on each parameter's gradient
@@ -187,6 +188,29 @@ fn thinking_matches_candle() {
         }
         let moved = rel(&got.logits[4], &flat(&want.logits[0]));
         assert!(moved > 0.05, "the steps barely moved z ({moved}): the check would be vacuous");
+    }
+}
+
+/// Self-verification for evaluation (fast/ebt/think.rs `predict`, what the
+/// trainer's loss estimates use) keeps per position the candidate the
+/// oracle's `Ebt::predict` keeps: same noise stream, same logits.
+#[test]
+fn self_verification_matches_candle() {
+    let mut cfg = config(Activation::Gelu, NormKind::LayerNorm, 2);
+    cfg.ebt_noise = 1.0;
+    let w = weights(&cfg, 13, 5.0);
+    let ids = Tensor::from_slice(&tokens(&cfg, 8), (BATCH, cfg.block_size), &Device::Cpu).unwrap();
+    let ebt = Ebt::new(&cfg, &w).unwrap();
+    for verify in [Verify::MinEnergy, Verify::MaxGap] {
+        let (want, _) = ebt.predict(&ids, 3, 4, verify, &mut Rng64::new(21)).unwrap();
+        let got = predict(&cfg, &w, &ids, 3, 4, verify, &mut Rng64::new(21)).unwrap();
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_dtype(DType::F64).unwrap().to_vec1::<f64>().unwrap();
+        let got32: Vec<f32> = flat(&got).iter().map(|&x| x as f32).collect();
+        let e = rel(&got32, &flat(&want));
+        assert!(e < TOL, "{verify:?}: logits off by {e:e}");
+        // and verification mattered: candidate 0 alone differs
+        let (first, _) = ebt.predict(&ids, 3, 1, verify, &mut Rng64::new(21)).unwrap();
+        assert!(rel(&got32, &flat(&first)) > 1e-2, "{verify:?}: the best of 4 is candidate 0 everywhere");
     }
 }
 

@@ -4,11 +4,16 @@
 //! steps over thousands of characters; on the oracle's tensors that is hours.
 
 use anyhow::{bail, ensure, Result};
+use candle_core::{Device, Tensor};
+use nrgpt_core::ebt::Verify;
+use nrgpt_core::model::Weights;
+use nrgpt_core::rng::Rng64;
+use nrgpt_core::ModelConfig;
 
 use super::tape::EbtWorkspace;
 use crate::fast::buffers::Buffers;
 use super::{predict, real_stream, step_size, FastEbt};
-use crate::fast::run_chunks;
+use crate::fast::{num_threads, run_chunks};
 
 /// z(s) (rows of V) and E(s) (one per row) for s = 0..=steps, rows in batch order.
 pub struct Trajectory {
@@ -65,4 +70,39 @@ impl FastEbt {
             energies: (0..=steps).map(|s| join(&|t| &t.energies, s)).collect(),
         })
     }
+}
+
+/// Self-verification as the oracle's `Ebt::predict`: `samples` candidates
+/// from N(0, ebt_noise^2) noise drawn from `rng` in the same order, `steps`
+/// steps each, kept per position by `verify`. Returns the logits (B, n, V).
+pub fn predict(cfg: &ModelConfig, weights: &Weights, ids: &Tensor, steps: usize, samples: usize, verify: Verify, rng: &mut Rng64) -> Result<Tensor> {
+    let (b, n) = ids.dims2()?;
+    ensure!(n == cfg.block_size, "windows of {n} tokens, the model's block is {}", cfg.block_size);
+    let v = cfg.vocab_size;
+    let x: Vec<u32> = ids.flatten_all()?.to_vec1()?;
+    let mut fast = FastEbt::new(cfg, weights, b, num_threads())?;
+    let mut best: Option<(Vec<f32>, Vec<f32>)> = None;
+    for _ in 0..samples.max(1) {
+        let z0: Vec<f32> = (0..b * n * v).map(|_| (rng.normal() * cfg.ebt_noise) as f32).collect();
+        let th = fast.think(&x, &z0, steps)?;
+        let score: Vec<f32> = match verify {
+            Verify::MinEnergy => th.energies[steps].clone(),
+            Verify::MaxGap => th.energies[steps].iter().zip(&th.energies[0]).map(|(e, e0)| e - e0).collect(),
+        };
+        let z = &th.logits[steps];
+        match &mut best {
+            None => best = Some((z.clone(), score)),
+            Some((bz, bs)) => {
+                // per position: the strictly lower score wins
+                for (row, (s, bs)) in score.iter().zip(bs.iter_mut()).enumerate() {
+                    if s < bs {
+                        *bs = *s;
+                        bz[row * v..(row + 1) * v].copy_from_slice(&z[row * v..(row + 1) * v]);
+                    }
+                }
+            }
+        }
+    }
+    let (z, _) = best.expect("at least one sample");
+    Ok(Tensor::from_vec(z, (b, n, v), &Device::Cpu)?)
 }

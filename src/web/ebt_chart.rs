@@ -12,6 +12,8 @@ use super::protocol::Token;
 
 /// At most this many step labels on the x axis (S can be 32).
 const MAX_TICKS: usize = 8;
+/// Room under the plot for the step labels and, below them, the axis name.
+const BOTTOM: f32 = 36.0;
 
 #[component]
 pub fn CandidateCurves(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -> impl IntoView {
@@ -27,7 +29,8 @@ pub fn CandidateCurves(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -
         let points = cands.iter().map(Vec::len).max().unwrap_or(1);
         let (lo, hi) = cands.iter().flatten().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
         let span = if hi - lo < 1e-6 { 1.0 } else { hi - lo };
-        let (pl, pr, pt, pb) = PAD;
+        let (pl, pr, pt, _) = PAD;
+        let pb = BOTTOM;
         let x = move |s: usize| pl + if points > 1 { s as f32 / (points - 1) as f32 } else { 0.5 } * (EW - pl - pr);
         let y = move |v: f32| pt + (hi - v) / span * (EH - pt - pb);
         let shown = step.get().min(points - 1);
@@ -61,7 +64,7 @@ pub fn CandidateCurves(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -
         let every = (points - 1).div_ceil(MAX_TICKS).max(1);
         let ticks = (0..points)
             .filter(|s| s % every == 0 || *s == points - 1)
-            .map(|s| view! { <text class="tick" x=format!("{:.1}", x(s)) y=EH - 10.0 text-anchor="middle">{s}</text> })
+            .map(|s| view! { <text class="tick" x=format!("{:.1}", x(s)) y=EH - pb + 14.0 text-anchor="middle">{s}</text> })
             .collect_view();
         let label = format!("energy of {n} candidates for {:?} over {} thinking steps; candidate {} kept", tok.ch, points - 1, chosen + 1);
         let kept = cands[chosen].last().copied().unwrap_or(0.0);
@@ -78,17 +81,15 @@ pub fn CandidateCurves(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -
                 <text class="tick" x=pl - 6.0 y=EH - pb text-anchor="end">{fmt_value(lo)}</text>
                 <text class="axis-label" x="12" y=(pt + EH - pb) / 2.0 text-anchor="middle"
                     transform=format!("rotate(-90 12 {:.1})", (pt + EH - pb) / 2.0)>"energy E"</text>
-                <text class="axis-label" x=EW - pr y=EH - 1.0 text-anchor="end">"thinking step s"</text>
+                <text class="axis-label" x=(pl + EW - pr) / 2.0 y=EH - 3.0 text-anchor="middle">"thinking step s"</text>
                 {ticks}
                 <line class="step-marker" x1=format!("{:.1}", x(shown)) y1=pt x2=format!("{:.1}", x(shown)) y2=EH - pb />
                 {curves}
             </svg>
             <p class="cand-legend">
-                <span class="swatch chosen" aria-hidden="true"></span>
-                <span id="cand-kept">{legend}</span>
+                <span class="key"><span class="swatch chosen" aria-hidden="true"></span><span id="cand-kept">{legend}</span></span>
                 {(n > 1).then(|| view! {
-                    <span class="swatch" aria-hidden="true"></span>
-                    <span>{format!("the other {}", n - 1)}</span>
+                    <span class="key"><span class="swatch" aria-hidden="true"></span>{format!("the other {}", n - 1)}</span>
                 })}
             </p>
         }

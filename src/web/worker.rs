@@ -35,7 +35,7 @@ impl PageBackend {
         match Decoder::new(bytes, DecoderOpts::default()).await {
             Ok(e) => {
                 if let Backend::Cpu { reason } = e.backend() {
-                    web_sys::console::info_1(&format!("no WebGPU ({reason}): using the CPU engine").into());
+                    web_sys::console::info_1(&format!("using the CPU engine: {reason}").into());
                 }
                 Ok(PageBackend::Incremental(e))
             }

@@ -266,7 +266,7 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       assert.match(legend, new RegExp(`kept: candidate ${kept.candidate + 1} of ${EBT.samples}`));
       const rows = await page.$$eval('table.cands tbody tr', (els) => els.map((r) => r.querySelectorAll('td').length));
       assert.deepEqual(rows, Array(EBT.steps + 1).fill(5), 'the kept guess\'s top-5 characters per thinking step');
-      await page.screenshot({ path: path.join(OUT, `${mode}-ebt.png`) });
+      await page.screenshot({ path: path.join(OUT, `${mode}-ebt.png`), fullPage: true });
     });
   });
 }

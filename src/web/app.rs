@@ -11,6 +11,7 @@ use leptos::prelude::*;
 
 use super::chart::{show_char, CandidateTable, EnergyChart, TrajectoryChart};
 use super::client::Client;
+use super::ebt_chart::CandidateCurves;
 use super::gpu_probe::{probe, GpuProbe};
 use super::manifest::{self, ModelEntry};
 use super::protocol::{FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
@@ -35,6 +36,13 @@ fn send(msg: ToWorker) {
 fn now_ms() -> f64 {
     web_sys::window().and_then(|w| w.performance()).map(|p| p.now()).unwrap_or_else(js_sys::Date::now)
 }
+
+/// `ModelInfo.arch` / the manifest's `arch` of an Energy-Based Transformer.
+const EBT_ARCH: &str = "ebt";
+/// "Think longer" goes up to this many steps (or the checkpoint's, if more).
+const EBT_MAX_STEPS: usize = 32;
+/// Best-of-N choices the page offers.
+const EBT_CANDIDATES: [usize; 3] = [1, 4, 16];
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum ColorMode {
@@ -61,6 +69,8 @@ struct Ui {
     top_k: RwSignal<String>,
     seed: RwSignal<String>,
     steps: RwSignal<String>,
+    /// EBT: candidates per character (Best-of-N).
+    candidates: RwSignal<usize>,
     tol: RwSignal<String>,
     run: RwSignal<u32>,
     run_prompt: RwSignal<String>,
@@ -95,6 +105,7 @@ impl Ui {
             top_k: RwSignal::new("0".into()),
             seed: RwSignal::new("1337".into()),
             steps: RwSignal::new(String::new()),
+            candidates: RwSignal::new(4),
             tol: RwSignal::new("0".into()),
             run: RwSignal::new(0),
             run_prompt: RwSignal::new(String::new()),
@@ -109,6 +120,15 @@ impl Ui {
         }
     }
 
+    /// Whether the model picked is an EBT: the loaded checkpoint's word, or
+    /// the manifest's while it loads (so the controls do not flicker).
+    fn is_ebt(self) -> bool {
+        match self.info.with(|i| i.as_ref().map(|i| i.arch == EBT_ARCH)) {
+            Some(ebt) => ebt,
+            None => self.models.with(|m| m.get(self.model_idx.get()).is_some_and(|m| m.arch == EBT_ARCH)),
+        }
+    }
+
     fn on_reply(self, msg: FromWorker) {
         match msg {
             FromWorker::Ready => self.status.set("Worker ready.".into()),
@@ -116,11 +136,11 @@ impl Ui {
             FromWorker::Loaded(info) => {
                 self.loading.set(false);
                 self.steps.set(info.steps.to_string());
+                let steps = if info.arch == EBT_ARCH { format!("S = {} thinking steps", info.steps) } else { format!("T = {}", info.steps) };
                 self.status.set(format!(
-                    "Loaded {} ({} parameters, T = {}){}.",
+                    "Loaded {} ({} parameters, {steps}){}.",
                     info.arch,
                     info.params,
-                    info.steps,
                     if info.from_cache { ", from the browser cache" } else { "" }
                 ));
                 self.info.set(Some(info));
@@ -198,6 +218,13 @@ impl Ui {
     fn load_model(self, idx: usize) {
         let Some(entry) = self.models.with_untracked(|m| m.get(idx).cloned()) else { return };
         self.model_idx.set(idx);
+        // The old text's traces belong to the old model (and its inspector).
+        stop_replay();
+        PENDING.with(|p| p.borrow_mut().clear());
+        self.tokens.set(Vec::new());
+        self.live.set(None);
+        self.selected.set(None);
+        self.run_prompt.set(String::new());
         self.info.set(None);
         self.loading.set(true);
         self.error.set(None);
@@ -236,8 +263,10 @@ impl Ui {
             let seed = parse(self.seed, "Seed")?;
             let steps = parse(self.steps, "Recursion steps")?;
             let tol = parse(self.tol, "Early-exit tolerance")?;
-            if !(1.0..=100_000.0).contains(&len) || !(temperature >= 0.0) || top_k < 0.0 || seed < 0.0 || !(1.0..=64.0).contains(&steps) || !(tol >= 0.0) {
-                return Err("Length 1–100000, temperature ≥ 0, top-k ≥ 0, seed ≥ 0, steps 1–64, tolerance ≥ 0.".into());
+            let ebt = self.is_ebt();
+            let max_steps = if ebt { self.ebt_max_steps() } else { 64 };
+            if !(1.0..=100_000.0).contains(&len) || !(temperature >= 0.0) || top_k < 0.0 || seed < 0.0 || !(1.0..=max_steps as f64).contains(&steps) || !(tol >= 0.0) {
+                return Err(format!("Length 1–100000, temperature ≥ 0, top-k ≥ 0, seed ≥ 0, steps 1–{max_steps}, tolerance ≥ 0."));
             }
             Ok(GenerateRequest {
                 run: self.run.get_untracked() + 1,
@@ -248,6 +277,7 @@ impl Ui {
                 seed: seed as u64,
                 steps: Some(steps as usize),
                 early_exit: (tol > 0.0).then_some(tol as f32),
+                candidates: if ebt { self.candidates.get_untracked() } else { 1 },
             })
         })();
         let req = match req {
@@ -268,6 +298,10 @@ impl Ui {
         self.status.set("Generating…".into());
         self.t_start.set(now_ms());
         send(ToWorker::Generate(req));
+    }
+
+    fn ebt_max_steps(self) -> usize {
+        self.info.with(|i| i.as_ref().map_or(EBT_MAX_STEPS, |i| i.steps.max(EBT_MAX_STEPS)))
     }
 
     /// Shows character `i` and replays its descent one step at a time.
@@ -308,6 +342,30 @@ fn mb(bytes: f64) -> String {
     format!("{:.1} MB", bytes / 1e6)
 }
 
+/// The EBT's own knobs: how long each guess thinks and how many guesses compete.
+fn ebt_controls(ui: Ui) -> impl IntoView {
+    let trained = move || ui.info.with(|i| i.as_ref().map(|i| i.steps));
+    view! {
+        <label class="field" for="think-steps">
+            <span>"Think longer: S = " {move || ui.steps.get()}</span>
+            <input id="think-steps" name="think-steps" type="range" min="1" step="1" aria-describedby="think-note"
+                max=move || ui.ebt_max_steps().to_string()
+                prop:value=move || ui.steps.get() on:input=move |ev| ui.steps.set(event_target_value(&ev)) />
+            <small id="think-note" class="hint">{move || trained().map(|s| format!("thinking steps per guess; trained with {s}"))}</small>
+        </label>
+        <label class="field" for="candidates">
+            <span>"Candidates N"</span>
+            <select id="candidates" name="candidates" aria-describedby="cand-note"
+                on:change=move |ev| if let Ok(n) = event_target_value(&ev).parse() { ui.candidates.set(n) }>
+                {EBT_CANDIDATES.into_iter().map(|n| view! {
+                    <option value=n selected=move || ui.candidates.get() == n>{n}</option>
+                }).collect_view()}
+            </select>
+            <small id="cand-note" class="hint">"Best-of-N: the lowest final energy wins"</small>
+        </label>
+    }
+}
+
 #[component]
 pub fn App() -> impl IntoView {
     let ui = Ui::new();
@@ -339,6 +397,15 @@ pub fn App() -> impl IntoView {
         ui.tokens.with(|v| v.iter().rev().take(40).filter_map(|t| t.proj.last().copied()).collect::<Vec<_>>())
     });
     let vocab = Signal::derive(move || ui.info.with(|i| i.as_ref().map(|i| i.vocab.chars().collect()).unwrap_or_default()));
+    // Only a change of family rebuilds the controls and the inspector's figures.
+    let ebt = Memo::new(move |_| ui.is_ebt());
+    let table_caption = Signal::derive(move || {
+        if ebt.get() {
+            "The kept guess sharpening: its top-5 characters per thinking step s, softmax(z(s))"
+        } else {
+            "Top-5 candidates per step (softmax of the readout of x(t))"
+        }
+    });
     let state = move || {
         if ui.running.get() {
             "generating"
@@ -379,7 +446,8 @@ pub fn App() -> impl IntoView {
         let i = t.index;
         let e = t.energies.last().copied().unwrap_or(0.0);
         let s = t.steps_used as f32 / (t.energies.len().max(2) - 1) as f32;
-        let title = format!("{} · E = {e:.2} · p = {:.2} · {} steps", show_char(t.ch), t.prob, t.steps_used);
+        let kept = (t.candidates.len() > 1).then(|| format!(" · candidate {} of {} kept", t.chosen + 1, t.candidates.len()));
+        let title = format!("{} · E = {e:.2} · p = {:.2} · {} steps{}", show_char(t.ch), t.prob, t.steps_used, kept.unwrap_or_default());
         view! {
             <span class="ch" role="button" data-i=i title=title style=format!("--e:{e:.4};--s:{s:.3}")
                 class:sel=move || ui.selected.get() == Some(i)
@@ -390,13 +458,19 @@ pub fn App() -> impl IntoView {
     view! {
         <main id="app" data-state=state>
             <header class="top">
-                <h1>"NRGPT: watch a language model think"</h1>
-                <p class="tagline">
-                    "Each character is chosen by a state that descends an energy landscape for T steps. "
-                    "Below: the text as it streams, and for each character its energy E(t), its path into the basin and the candidates at every step."
+                <h1>{move || if ebt.get() { "EBT: watch a language model think" } else { "NRGPT: watch a language model think" }}</h1>
+                <p class="tagline" id="tagline">
+                    {move || if ebt.get() {
+                        "An EBT thinks about the prediction itself: a guess at the next character starts as noise and descends a learned energy for S steps, and of N guesses the one with the lowest energy wins. \
+                         Below: the text as it streams, and for each character every guess's energy per thinking step and how the kept guess sharpens."
+                    } else {
+                        "Each character is chosen by a state that descends an energy landscape for T steps. \
+                         Below: the text as it streams, and for each character its energy E(t), its path into the basin and the candidates at every step."
+                    }}
                 </p>
                 <p class="backend" data-webgpu=move || ui.gpu.with(|g| g.code())>
                     "Backend: " <strong id="backend-name">{backend}</strong>
+                    {move || ui.info.with(|i| i.as_ref().and_then(|i| i.backend_note.clone())).map(|n| view! { <span id="backend-note">" ("{n}")"</span> })}
                     " — inference runs in a Web Worker. "
                     <span class="gpu-probe">{move || ui.gpu.with(|g| g.describe())}</span>
                 </p>
@@ -445,7 +519,7 @@ pub fn App() -> impl IntoView {
                         {num_input("temperature", "Temperature", ui.temperature, "0.05", "0")}
                         {num_input("top-k", "Top-k (0 = all)", ui.top_k, "1", "0")}
                         {num_input("seed", "Seed", ui.seed, "1", "0")}
-                        {num_input("steps", "Recursion steps T", ui.steps, "1", "1")}
+                        {move || if ebt.get() { ebt_controls(ui).into_any() } else { num_input("steps", "Recursion steps T", ui.steps, "1", "1").into_any() }}
                         <label class="field" for="tol">
                             <span>"Early-exit tolerance"</span>
                             <input id="tol" name="tol" type="number" inputmode="decimal" step="0.01" min="0" aria-describedby="tol-note"
@@ -504,7 +578,7 @@ pub fn App() -> impl IntoView {
                         <h2 id="insp-h">{move || match (current.get(), ui.selected.get()) {
                             (Some(t), Some(_)) => format!("Character #{}: “{}” (replay)", t.index, show_char(t.ch)),
                             (Some(t), None) => format!("Character #{}: “{}” (newest)", t.index, show_char(t.ch)),
-                            _ => "The descent".to_string(),
+                            _ => if ebt.get() { "The thinking" } else { "The descent" }.to_string(),
                         }}</h2>
                         <div class="nav">
                             <button type="button" aria-label="previous character" prop:disabled=move || current.with(|c| c.as_ref().is_none_or(|t| t.index == 0))
@@ -517,17 +591,31 @@ pub fn App() -> impl IntoView {
                                 on:click=move |_| { stop_replay(); ui.selected.set(None); ui.step.set(usize::MAX); }>"Newest"</button>
                         </div>
                     </div>
-                    <div class="figs">
-                        <figure>
-                            <EnergyChart token=current step=step />
-                            <figcaption>"Energy E(t) of the state that chose this character, per descent step."</figcaption>
-                        </figure>
-                        <figure>
-                            <TrajectoryChart token=current step=step landscape=landscape />
-                            <figcaption>"Its path on the readout's main plane (hollow: start). Grey: where recent characters settled."</figcaption>
-                        </figure>
-                    </div>
-                    <CandidateTable token=current step=step vocab=vocab />
+                    {move || if ebt.get() {
+                        // An EBT has no hidden-state path (`proj` is empty): its picture is the candidates.
+                        view! {
+                            <div class="figs ebt">
+                                <figure>
+                                    <CandidateCurves token=current step=step />
+                                    <figcaption>"Each guess's energy per thinking step, z ← z − α∇E. Self-verification keeps the lowest final energy (thick)."</figcaption>
+                                </figure>
+                            </div>
+                        }.into_any()
+                    } else {
+                        view! {
+                            <div class="figs">
+                                <figure>
+                                    <EnergyChart token=current step=step />
+                                    <figcaption>"Energy E(t) of the state that chose this character, per descent step."</figcaption>
+                                </figure>
+                                <figure>
+                                    <TrajectoryChart token=current step=step landscape=landscape />
+                                    <figcaption>"Its path on the readout's main plane (hollow: start). Grey: where recent characters settled."</figcaption>
+                                </figure>
+                            </div>
+                        }.into_any()
+                    }}
+                    <CandidateTable token=current step=step vocab=vocab caption=table_caption />
                 </section>
             </div>
         </main>

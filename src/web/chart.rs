@@ -32,13 +32,13 @@ pub fn top_k(probs: &[f32], k: usize) -> Vec<(usize, f32)> {
     idx.into_iter().take(k).map(|i| (i, probs[i])).collect()
 }
 
-fn fmt(x: f32) -> String {
+pub fn fmt_value(x: f32) -> String {
     if x.abs() >= 100.0 { format!("{x:.0}") } else { format!("{x:.2}") }
 }
 
-const EW: f32 = 320.0;
-const EH: f32 = 170.0;
-const PAD: (f32, f32, f32, f32) = (48.0, 12.0, 14.0, 28.0); // left, right, top, bottom
+pub const EW: f32 = 320.0;
+pub const EH: f32 = 170.0;
+pub const PAD: (f32, f32, f32, f32) = (48.0, 12.0, 14.0, 28.0); // left, right, top, bottom
 
 /// E(t) against the descent step t, one point per step (class `e-point`).
 #[component]
@@ -75,7 +75,7 @@ pub fn EnergyChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -> im
         let rest = if shown + 1 < n { path(shown, n - 1) } else { String::new() };
         let points = (0..n)
             .map(|t| {
-                let label = format!("t = {t}: E = {}", fmt(e[t]));
+                let label = format!("t = {t}: E = {}", fmt_value(e[t]));
                 view! {
                     <circle class="e-point" class:future={t > shown} class:current={t == shown}
                         data-step=t cx=format!("{:.1}", x(t)) cy=format!("{:.1}", y(e[t])) r="4.5">
@@ -92,8 +92,8 @@ pub fn EnergyChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -> im
             <svg class="chart energy" viewBox=format!("0 0 {EW} {EH}") role="img" aria-label=label>
                 <line class="axis" x1=pl y1=pt x2=pl y2=EH - pb />
                 <line class="axis" x1=pl y1=EH - pb x2=EW - pr y2=EH - pb />
-                <text class="tick" x=pl - 6.0 y=pt + 4.0 text-anchor="end">{fmt(hi)}</text>
-                <text class="tick" x=pl - 6.0 y=EH - pb text-anchor="end">{fmt(lo)}</text>
+                <text class="tick" x=pl - 6.0 y=pt + 4.0 text-anchor="end">{fmt_value(hi)}</text>
+                <text class="tick" x=pl - 6.0 y=EH - pb text-anchor="end">{fmt_value(lo)}</text>
                 <text class="axis-label" x=EW - pr y=EH - 1.0 text-anchor="end">"step t"</text>
                 {ticks}
                 <path class="e-line future" d=rest />
@@ -165,9 +165,10 @@ pub fn TrajectoryChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>, l
 }
 
 /// The five most likely next characters at every step (softmax of the
-/// readout of x_A(t)); the drawn character is marked.
+/// step's logits: NRGPT's readout of x_A(t), an EBT's guess z(s)); the drawn
+/// character is marked. `caption` says which of the two it is.
 #[component]
-pub fn CandidateTable(token: Signal<Option<Arc<Token>>>, step: Signal<usize>, vocab: Signal<Vec<char>>) -> impl IntoView {
+pub fn CandidateTable(token: Signal<Option<Arc<Token>>>, step: Signal<usize>, vocab: Signal<Vec<char>>, caption: Signal<&'static str>) -> impl IntoView {
     move || {
         let tok = token.get()?;
         let shown = step.get();
@@ -197,7 +198,7 @@ pub fn CandidateTable(token: Signal<Option<Arc<Token>>>, step: Signal<usize>, vo
         Some(view! {
             <table class="cands">
                 <colgroup><col class="col-t" /><col span="5" /></colgroup>
-                <caption>"Top-5 candidates per step (softmax of the readout of x(t))"</caption>
+                <caption>{caption.get()}</caption>
                 <thead><tr><th scope="col">"t"</th><th scope="col" colspan="5">"most likely next characters"</th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>

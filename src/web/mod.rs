@@ -5,6 +5,7 @@
 pub mod app;
 pub mod chart;
 pub mod client;
+pub mod ebt_chart;
 pub mod fetch;
 pub mod gpu_probe;
 pub mod manifest;

@@ -33,6 +33,14 @@ pub struct GenerateRequest {
     /// Early exit once |E(t) - E(t-1)| < tol (the incremental engines, GPU and CPU; the CPU reference ignores it).
     #[serde(default)]
     pub early_exit: Option<f32>,
+    /// EBT: candidates thought per character, the lowest final energy kept
+    /// (Best-of-N); ignored by NRGPT and GPT.
+    #[serde(default = "one_candidate")]
+    pub candidates: usize,
+}
+
+fn one_candidate() -> usize {
+    1
 }
 
 /// What the page needs to know about the loaded checkpoint.
@@ -46,6 +54,9 @@ pub struct ModelInfo {
     pub params: usize,
     /// e.g. "WebGPU engine" or "CPU engine (wasm)".
     pub backend: String,
+    /// Why the CPU engine runs (no adapter, or an EBT, which has no WGSL
+    /// kernels): the page says so next to the backend.
+    pub backend_note: Option<String>,
     pub from_cache: bool,
 }
 
@@ -62,6 +73,10 @@ pub struct Token {
     pub step_logits: Vec<Vec<f32>>,
     pub proj: Vec<[f32; 2]>,
     pub steps_used: usize,
+    /// EBT: every candidate's energy per thinking step (empty otherwise);
+    /// `energies` and `step_logits` are candidate `chosen`'s.
+    pub candidates: Vec<Vec<f32>>,
+    pub chosen: usize,
     /// Wall time of this character in the worker (ms).
     pub ms: f64,
 }
@@ -70,7 +85,19 @@ impl Token {
     pub fn new(run: u32, index: usize, ch: char, prob: f32, tr: TokenTrace, ms: f64) -> Self {
         // `logits` equals the last entry of `step_logits` (same state, same
         // readout), so it is not sent twice.
-        Self { run, index, ch, prob, energies: tr.energies, step_logits: tr.step_logits, proj: tr.proj, steps_used: tr.steps_used, ms }
+        Self {
+            run,
+            index,
+            ch,
+            prob,
+            energies: tr.energies,
+            step_logits: tr.step_logits,
+            proj: tr.proj,
+            steps_used: tr.steps_used,
+            candidates: tr.candidates,
+            chosen: tr.chosen,
+            ms,
+        }
     }
 }
 

@@ -14,13 +14,15 @@ use super::fetch::fetch_cached;
 use super::protocol::{from_js, to_js, FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::sample::{draw, filtered_probs, SampleOpts};
-use nrgpt_core::session::{Session, StepOpts, TokenTrace};
+use nrgpt_core::ebt::Verify;
+use nrgpt_core::session::{EbtThinkOpts, Session, StepOpts, TokenTrace};
 use nrgpt_core::{ModelConfig, Vocab};
 
 /// The inference backend. Every NRGPT checkpoint runs on the incremental
 /// engine (cached keys, O(T n D) per character): WebGPU when the browser gives
-/// an adapter, else the same algorithm in plain Rust. The recomputing reference
-/// is kept for the GPT baselines, which have no incremental engine.
+/// an adapter, else the same algorithm in plain Rust; an EBT always thinks on
+/// the engine's CPU decoder. The recomputing reference is kept for the GPT
+/// baselines, which have no incremental engine.
 pub enum PageBackend {
     Reference(Session),
     Incremental(nrgpt_engine::Decoder),
@@ -33,7 +35,7 @@ impl PageBackend {
         match Decoder::new(bytes, DecoderOpts::default()).await {
             Ok(e) => {
                 if let Backend::Cpu { reason } = e.backend() {
-                    web_sys::console::info_1(&format!("no WebGPU ({reason}): using the CPU engine").into());
+                    web_sys::console::info_1(&format!("using the CPU engine: {reason}").into());
                 }
                 Ok(PageBackend::Incremental(e))
             }
@@ -52,6 +54,17 @@ impl PageBackend {
                 Backend::Gpu { .. } => "WebGPU engine".into(),
                 Backend::Cpu { .. } => "CPU engine (wasm)".into(),
             },
+        }
+    }
+
+    /// Why the CPU engine runs although it was not asked for.
+    pub fn backend_note(&self) -> Option<String> {
+        match self {
+            PageBackend::Incremental(e) => match e.backend() {
+                nrgpt_engine::Backend::Cpu { reason } => Some(reason.clone()),
+                nrgpt_engine::Backend::Gpu { .. } => None,
+            },
+            PageBackend::Reference(_) => None,
         }
     }
     pub fn config(&self) -> &ModelConfig {
@@ -181,6 +194,7 @@ async fn load(state: Rc<RefCell<State>>, url: String) {
         vocab: engine.vocab().chars().iter().collect(),
         params: nrgpt_core::model::num_params(cfg),
         backend: engine.backend(),
+        backend_note: engine.backend_note(),
         from_cache,
     };
     state.borrow_mut().engine = Some(engine);
@@ -219,7 +233,9 @@ async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut PageBackend, re
     if ids.is_empty() {
         return Err("the prompt is empty: type at least one character".into());
     }
-    let opts = StepOpts { steps: req.steps, early_exit: req.early_exit, ..Default::default() };
+    // The EBT's candidate noise is seeded by the sampling seed, as `trainer sample` does.
+    let ebt = EbtThinkOpts { samples: req.candidates.max(1), verify: Verify::MinEnergy, accept_lower: false, seed: req.seed };
+    let opts = StepOpts { steps: req.steps, early_exit: req.early_exit, ebt };
     let sopts = SampleOpts {
         temperature: req.temperature,
         top_k: (req.top_k > 0).then_some(req.top_k),

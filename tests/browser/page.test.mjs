@@ -1,6 +1,7 @@
 // Browser test of the page, run by `cargo xtask test` (which builds and serves
-// the page and passes the settings and the native reference text in the
-// environment). Twice: with WebGPU available, and with navigator.gpu hidden.
+// the page and passes the settings and the native reference texts in the
+// environment). Twice: with WebGPU available, and with navigator.gpu hidden;
+// each time the default NRGPT, then the EBT.
 import { describe, before, after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -35,6 +36,13 @@ function checkpointSteps(file) {
   return JSON.parse(JSON.parse(header.toString('utf8')).__metadata__.config).steps;
 }
 const T = checkpointSteps(env('CKPT'));
+const EBT = {
+  len: Number(env('EBT_LEN')),
+  steps: Number(env('EBT_STEPS')),
+  samples: Number(env('EBT_SAMPLES')),
+  expected: env('EBT_EXPECTED_TEXT'),
+  trainedSteps: checkpointSteps(env('EBT_CKPT')),
+};
 
 // Flags seen to work with Debian's chromium here (shared/notes/toolchain.md).
 const BASE_ARGS = ['--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking',
@@ -186,6 +194,79 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       const text = await generatedText(page);
       const common = Math.min(n1, LEN);
       assert.equal(text.slice(0, common), EXPECTED.slice(PROMPT.length, PROMPT.length + common));
+    });
+
+    test('EBT: says it thinks on the CPU engine and shows only its own controls', async () => {
+      await page.setViewportSize({ width: 1366, height: 860 });
+      const option = await page.$$eval('#model option', (os) => os.find((o) => o.textContent.startsWith('ebt '))?.value);
+      assert.ok(option !== undefined, 'the model list offers the EBT');
+      await page.selectOption('#model', option);
+      await page.waitForFunction(() => /^Loaded ebt/.test(document.querySelector('#status')?.textContent ?? ''), null, { timeout: 90_000 });
+      await page.waitForSelector('#app[data-state="ready"]');
+      const line = (await page.textContent('.backend')).trim();
+      console.log(`[${mode}] EBT: ${line}`);
+      // even with a WebGPU adapter: an EBT has no WGSL kernels
+      assert.equal(await page.textContent('#backend-name'), 'CPU engine (wasm)');
+      assert.match(await page.textContent('#backend-note'), /EBT.*CPU engine/);
+      assert.match(await page.textContent('#tagline'), /lowest energy wins/);
+      assert.equal(await page.inputValue('#think-steps'), String(EBT.trainedSteps), 'thinking steps default to the checkpoint S');
+      assert.equal(await page.$('#steps'), null, 'no NRGPT recursion-steps field');
+      assert.equal(await page.$('#output .ch'), null, 'the previous model\'s text is cleared');
+    });
+
+    test(`EBT: ${EBT.len} characters equal to the native reference (S = ${EBT.steps}, N = ${EBT.samples}), with every candidate's curve`, async () => {
+      await setField(page, 'prompt', PROMPT);
+      await setField(page, 'len', EBT.len);
+      await setField(page, 'temperature', env('TEMPERATURE'));
+      await setField(page, 'top-k', env('TOP_K'));
+      await setField(page, 'seed', env('SEED'));
+      await setField(page, 'think-steps', EBT.steps);
+      await page.selectOption('#candidates', String(EBT.samples));
+      const t0 = Date.now();
+      await page.click('#generate');
+      await page.waitForFunction((n) => document.querySelector('#status')?.textContent.startsWith(`Generated ${n} characters`), EBT.len, { timeout: 180_000 });
+      console.log(`[${mode}] EBT: ${EBT.len} chars in ${((Date.now() - t0) / 1000).toFixed(2)} s; ${(await page.textContent('#status')).trim()}`);
+      const text = await generatedText(page);
+      assert.ok(EBT.expected.startsWith(PROMPT), 'the reference starts with the prompt');
+      assert.equal(PROMPT + text, EBT.expected, 'page output equals `trainer sample` for the same settings, steps and candidates');
+
+      // the newest character is in the inspector: an EBT has no hidden-state path
+      assert.equal(await page.$('svg.traj'), null, 'no trajectory plot for an EBT');
+      assert.equal(await page.$('svg.energy'), null, 'the candidates chart replaces the single energy curve');
+      const curves = await page.$$eval('svg.cand-curves g.cand-curve', (gs) => gs.map((g) => {
+        const line = g.querySelector('polyline.cand-line');
+        const box = line.getBoundingClientRect();
+        const css = getComputedStyle(line);
+        const pts = line.getAttribute('points').trim().split(/\s+/).map((p) => p.split(',').map(Number));
+        return {
+          chosen: g.classList.contains('chosen'),
+          candidate: Number(g.dataset.candidate),
+          pts,
+          width: box.width,
+          stroke: css.stroke,
+          strokeWidth: parseFloat(css.strokeWidth),
+          shown: css.visibility === 'visible' && css.display !== 'none' && Number(css.opacity) > 0,
+        };
+      }));
+      assert.equal(curves.length, EBT.samples, 'one curve per candidate');
+      assert.deepEqual(curves.map((c) => c.candidate).sort((a, b) => a - b), [...Array(EBT.samples).keys()]);
+      const chosen = curves.filter((c) => c.chosen);
+      assert.equal(chosen.length, 1, 'exactly one candidate is marked kept');
+      for (const c of curves) {
+        assert.equal(c.pts.length, EBT.steps + 1, `candidate ${c.candidate}: one point per thinking step s = 0..${EBT.steps}`);
+        assert.ok(c.width > 0 && c.shown && c.stroke !== 'none', `candidate ${c.candidate}'s curve is visible (${JSON.stringify(c)})`);
+        assert.ok(c.pts.every(([x, y]) => Number.isFinite(x) && Number.isFinite(y)));
+      }
+      const kept = chosen[0];
+      assert.ok(curves.every((c) => c.chosen || kept.strokeWidth > c.strokeWidth), 'the kept curve is drawn thicker');
+      // Best-of-N by minimum final energy: the kept curve ends lowest (largest y on screen)
+      const endY = (c) => c.pts[c.pts.length - 1][1];
+      assert.ok(curves.every((c) => endY(kept) >= endY(c) - 0.05), 'the kept candidate has the lowest final energy');
+      const legend = await page.textContent('#cand-kept');
+      assert.match(legend, new RegExp(`kept: candidate ${kept.candidate + 1} of ${EBT.samples}`));
+      const rows = await page.$$eval('table.cands tbody tr', (els) => els.map((r) => r.querySelectorAll('td').length));
+      assert.deepEqual(rows, Array(EBT.steps + 1).fill(5), 'the kept guess\'s top-5 characters per thinking step');
+      await page.screenshot({ path: path.join(OUT, `${mode}-ebt.png`), fullPage: true });
     });
   });
 }

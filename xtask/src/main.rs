@@ -24,6 +24,13 @@ const TEST_LEN: usize = 100;
 const TEST_TEMPERATURE: &str = "0.8";
 const TEST_TOP_K: &str = "20";
 const TEST_SEED: &str = "42";
+/// The EBT the page offers (manifest entry "ebt"); the browser test makes it
+/// think `EBT_TEST_STEPS` steps with `EBT_TEST_SAMPLES` candidates, on a short
+/// text since every guess thinks on the CPU.
+const EBT_MODEL: &str = "www/models/ebt.safetensors";
+const EBT_TEST_LEN: usize = 40;
+const EBT_TEST_STEPS: usize = 4;
+const EBT_TEST_SAMPLES: usize = 4;
 
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
@@ -134,15 +141,17 @@ fn ensure_chromium() -> Result<()> {
     run(Command::new("apt-get").args(["install", "-y", "chromium"]))
 }
 
-/// The page must print exactly what the CPU reference prints for the same settings.
-fn native_reference() -> Result<String> {
+/// The page must print exactly what the CPU reference prints for the same
+/// settings; `extra` are the model's own flags (an EBT's steps and candidates).
+fn native_reference(ckpt: &str, len: usize, extra: &[&str]) -> Result<String> {
     // the test-profile trainer is already built by `cargo test`: no extra release build in CI
-    say("generating the native reference text (trainer sample, same settings as the page)");
+    say(&format!("generating the native reference text for {ckpt} (trainer sample, same settings as the page)"));
     let prompt = TEST_PROMPT;
-    let len = TEST_LEN.to_string();
+    let len = len.to_string();
     let mut cmd = Command::new("cargo");
-    cmd.args(["run", "-q", "-p", "trainer", "--", "sample", "--ckpt", DEFAULT_MODEL, "--prompt", prompt])
-        .args(["--len", &len, "--temperature", TEST_TEMPERATURE, "--top-k", TEST_TOP_K, "--seed", TEST_SEED]);
+    cmd.args(["run", "-q", "-p", "trainer", "--", "sample", "--ckpt", ckpt, "--prompt", prompt])
+        .args(["--len", &len, "--temperature", TEST_TEMPERATURE, "--top-k", TEST_TOP_K, "--seed", TEST_SEED])
+        .args(extra);
     let out = cmd.current_dir(root()).output().context("running trainer sample")?;
     if !out.status.success() {
         bail!("trainer sample failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -162,8 +171,10 @@ pub fn browser_test_output() -> Result<String> {
 }
 
 fn browser_test_run(capture: bool) -> Result<String> {
-    if !root().join(DEFAULT_MODEL).is_file() {
-        bail!("the browser test needs the default checkpoint {DEFAULT_MODEL}");
+    for (ckpt, what) in [(DEFAULT_MODEL, "the default checkpoint"), (EBT_MODEL, "the EBT checkpoint")] {
+        if !root().join(ckpt).is_file() {
+            bail!("the browser test needs {what} {ckpt}");
+        }
     }
     build_web()?;
     ensure_chromium()?;
@@ -171,12 +182,14 @@ fn browser_test_run(capture: bool) -> Result<String> {
     say("installing the browser driver (npm: playwright-core)");
     let npm_cmd = if dir.join("package-lock.json").is_file() { "ci" } else { "install" };
     run(Command::new("npm").args([npm_cmd, "--no-audit", "--no-fund", "--prefix", "tests/browser"]))?;
-    let expected = native_reference()?;
+    let expected = native_reference(DEFAULT_MODEL, TEST_LEN, &[])?;
+    let (ebt_steps, ebt_samples) = (EBT_TEST_STEPS.to_string(), EBT_TEST_SAMPLES.to_string());
+    let ebt_expected = native_reference(EBT_MODEL, EBT_TEST_LEN, &["--steps", &ebt_steps, "--samples", &ebt_samples, "--verify", "min"])?;
     let listener = serve::bind(0)?;
     let url = format!("http://{}/", listener.local_addr()?);
     let page_root = root();
     std::thread::spawn(move || serve::serve(listener, page_root));
-    say(&format!("browser test against {url} (headless chromium, with WebGPU and with the CPU fallback)"));
+    say(&format!("browser test against {url} (headless chromium, with WebGPU and with the CPU fallback; the default model and the EBT)"));
     let prompt = TEST_PROMPT;
     let mut node = Command::new("node");
     node.args(["--test", "--test-reporter=spec", "tests/browser/page.test.mjs"])
@@ -188,6 +201,11 @@ fn browser_test_run(capture: bool) -> Result<String> {
         .env("TOP_K", TEST_TOP_K)
         .env("SEED", TEST_SEED)
         .env("EXPECTED_TEXT", &expected)
+        .env("EBT_CKPT", root().join(EBT_MODEL))
+        .env("EBT_LEN", EBT_TEST_LEN.to_string())
+        .env("EBT_STEPS", &ebt_steps)
+        .env("EBT_SAMPLES", &ebt_samples)
+        .env("EBT_EXPECTED_TEXT", &ebt_expected)
         .env("OUT_DIR", dir.join("out"));
     if !capture {
         return run(&mut node).map(|_| String::new());

@@ -1,0 +1,161 @@
+//! EBT thinking in WGSL (crates/engine/src/gpu_ebt_decoder.rs, shaders/ebt_*.wgsl)
+//! against the CPU engine's EbtDecoder on a real wgpu adapter (Mesa lavapipe
+//! here): same seed, same candidates, same choice, same steps; logits within
+//! 1e-3, for f32 and int8, GELU+LayerNorm and ReLU+RMSNorm, 1 and 2 layers,
+//! across window slides, with and without early exit and accept-only-lower.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use candle_core::{DType, Device, Tensor};
+use common::randn;
+use nrgpt_core::ebt::Verify;
+use nrgpt_core::format::Scheme;
+use nrgpt_core::model::init_weights;
+use nrgpt_core::rng::Rng64;
+use nrgpt_core::session::{EbtThinkOpts, StepOpts, TokenTrace};
+use nrgpt_core::{Activation, Arch, Checkpoint, ModelConfig, NormKind, Vocab};
+use nrgpt_engine::{Backend, Decoder, DecoderOpts};
+
+const CHARS: &str = "abcdefghij \n";
+
+fn config(act: Activation, norm: NormKind, layers: usize) -> ModelConfig {
+    let mut c = ModelConfig::new(Arch::Ebt, CHARS.chars().count(), 24, 2, 3, 8);
+    c.layers = layers;
+    c.ff_mult = 2;
+    c.activation = act;
+    c.norm = norm;
+    c.ebt_noise = 1.0;
+    c
+}
+
+/// A random EBT whose energy has real structure (std 0.3 matrices), thinking
+/// step `a`, as bytes in `scheme` (int8 through nrgpt_core::format).
+fn checkpoint(cfg: &ModelConfig, seed: u64, a: f32, scheme: Scheme) -> Vec<u8> {
+    let mut w = init_weights(cfg, seed, DType::F32, &Device::Cpu).unwrap();
+    let mut rng = Rng64::new(seed ^ 0xE17);
+    for t in w.values_mut() {
+        if t.rank() == 2 {
+            *t = randn(t.dims(), 0.3, &mut rng).to_dtype(DType::F32).unwrap();
+        }
+    }
+    w.insert("ebt.log_a".into(), Tensor::new(&[a.ln()], &Device::Cpu).unwrap());
+    let vocab = Vocab::from_chars(CHARS.chars().collect()).unwrap();
+    let ck = Checkpoint { config: cfg.clone(), vocab, weights: w, extra: BTreeMap::new(), meta: BTreeMap::new() };
+    match scheme {
+        Scheme::F32 => ck.to_bytes().unwrap(),
+        s => ck.to_quant_bytes(s).unwrap(),
+    }
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn assert_same(what: &str, gpu: &TokenTrace, cpu: &TokenTrace) {
+    assert_eq!(gpu.chosen, cpu.chosen, "{what}: chosen candidate");
+    assert_eq!(gpu.steps_used, cpu.steps_used, "{what}: steps used");
+    assert_eq!(gpu.candidates.len(), cpu.candidates.len(), "{what}: candidates");
+    let d = max_diff(&gpu.logits, &cpu.logits);
+    assert!(d < 1e-3, "{what}: logits differ by {d}");
+    for (c, (g, r)) in gpu.candidates.iter().zip(&cpu.candidates).enumerate() {
+        assert_eq!(g.len(), r.len(), "{what}: candidate {c} thought {} steps on the GPU ({g:?}), {} on the CPU ({r:?})", g.len() - 1, r.len() - 1);
+        let scale = r.iter().fold(1.0f32, |m, x| m.max(x.abs()));
+        let d = max_diff(g, r);
+        assert!(d / scale < 1e-4, "{what}: candidate {c}'s energies differ by {d} (scale {scale})");
+    }
+    assert_eq!(gpu.step_logits.len(), cpu.step_logits.len(), "{what}: steps recorded");
+    for (s, (g, r)) in gpu.step_logits.iter().zip(&cpu.step_logits).enumerate() {
+        let d = max_diff(g, r);
+        assert!(d < 1e-3, "{what}: step {s}'s logits differ by {d}");
+    }
+}
+
+fn seq(n: usize, v: usize, seed: u64) -> Vec<u32> {
+    let mut r = Rng64::new(seed);
+    (0..n).map(|_| r.below(v) as u32).collect()
+}
+
+fn engine(bytes: &[u8], force_cpu: bool) -> Decoder {
+    pollster::block_on(Decoder::new(bytes, DecoderOpts { force_cpu })).unwrap()
+}
+
+/// The WGSL engine; no adapter fails the test (as in tests/engine.rs), never skips it.
+fn gpu_engine(bytes: &[u8]) -> Decoder {
+    let eng = engine(bytes, false);
+    match eng.backend() {
+        Backend::Gpu { adapter } => eprintln!("adapter: {adapter}"),
+        Backend::Cpu { reason } => panic!(
+            "no wgpu adapter ({reason}); install Mesa lavapipe (`apt-get install mesa-vulkan-drivers`) — `cargo xtask test` does this"
+        ),
+    }
+    eng
+}
+
+fn opts(steps: usize, samples: usize, verify: Verify, accept_lower: bool, early_exit: Option<f32>) -> StepOpts {
+    StepOpts { steps: Some(steps), early_exit, ebt: EbtThinkOpts { samples, verify, accept_lower, seed: 77 } }
+}
+
+/// Every variant and option: 20 characters through an 8-character window
+/// (slides) think on the GPU exactly as on the CPU engine.
+#[test]
+fn wgsl_thinks_as_the_cpu_engine_for_every_variant() {
+    for (act, norm) in [(Activation::Gelu, NormKind::LayerNorm), (Activation::Relu, NormKind::RmsNorm)] {
+        for layers in [1, 2] {
+            for scheme in [Scheme::F32, Scheme::Int8] {
+                let cfg = config(act, norm, layers);
+                // a step of 8 overshoots, so accept-only-lower has steps to refuse
+                for (o, a) in [
+                    (opts(3, 1, Verify::MinEnergy, false, None), 0.5),
+                    (opts(6, 4, Verify::MinEnergy, false, None), 0.5),
+                    (opts(6, 4, Verify::MaxGap, true, None), 8.0),
+                    (opts(12, 4, Verify::MinEnergy, false, Some(0.05)), 0.5),
+                ] {
+                    let bytes = checkpoint(&cfg, 5 + layers as u64, a, scheme);
+                    let (mut gpu, mut cpu) = (gpu_engine(&bytes), engine(&bytes, true));
+                    let (mut not_first, mut stopped_early) = (0, 0);
+                    for (i, &t) in seq(20, cfg.vocab_size, 3).iter().enumerate() {
+                        let g = pollster::block_on(gpu.push(t, &o)).unwrap();
+                        let c = pollster::block_on(cpu.push(t, &o)).unwrap();
+                        assert_same(&format!("{act:?}/{norm:?} L={layers} {scheme:?} {:?} tol {:?} char {i}", o.ebt, o.early_exit), &g, &c);
+                        not_first += usize::from(c.chosen != 0);
+                        stopped_early += usize::from(c.steps_used < o.steps.unwrap());
+                    }
+                    // the options must have acted, or the agreement shows little
+                    if o.ebt.samples > 1 {
+                        assert!(not_first > 0, "{:?}: verification always chose candidate 0", o.ebt);
+                    }
+                    if o.early_exit.is_some() || o.ebt.accept_lower {
+                        assert!(stopped_early > 0, "{:?}: no character stopped early", o.ebt);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A prompt goes in one submission (its appends, then the S + 1 thinking
+/// steps) and thinks as feeding it one character at a time; a character
+/// after it is 1 + S + 1 dispatches whatever N.
+#[test]
+fn a_prompt_is_one_submission_and_thinks_as_one_by_one() {
+    let cfg = config(Activation::Gelu, NormKind::LayerNorm, 2);
+    let bytes = checkpoint(&cfg, 11, 0.5, Scheme::F32);
+    let o = opts(4, 4, Verify::MinEnergy, false, None);
+    let prompt = seq(6, cfg.vocab_size, 40);
+    let mut gpu = gpu_engine(&bytes);
+    let got = pollster::block_on(gpu.push_many(&prompt, &o)).unwrap();
+    assert_eq!(gpu.dispatches(), 6 + 5, "the prompt took {} dispatches", gpu.dispatches());
+    let mut cpu = engine(&bytes, true);
+    let mut want = TokenTrace::default();
+    for &t in &prompt {
+        want = pollster::block_on(cpu.push(t, &o)).unwrap();
+    }
+    assert_same("prompt at once vs one by one", &got, &want);
+    let got = pollster::block_on(gpu.push(2, &o)).unwrap();
+    let want = pollster::block_on(cpu.push(2, &o)).unwrap();
+    assert_same("after the prompt", &got, &want);
+    assert_eq!(gpu.dispatches(), 6 + 5 + 1 + 5);
+}

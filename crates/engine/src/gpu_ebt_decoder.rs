@@ -19,8 +19,16 @@ use nrgpt_core::{Activation, Error, ModelConfig, NormKind, Result};
 
 use crate::gpu_shared::{constants_source, open_device, pack, read_back, storage_entry};
 
-/// Threads per workgroup.
-const WG: u32 = 256;
+/// The most threads per workgroup.
+const MAX_WG: usize = 256;
+
+/// Threads per workgroup: no wider than the widest row a kernel spreads over
+/// its threads (idle threads still pay at every barrier on a software
+/// adapter), and a power of two for the reductions.
+fn workgroup_size(cfg: &ModelConfig, qd: usize) -> usize {
+    let widest = [cfg.d_model, qd, cfg.ff_hidden(), cfg.vocab_size, cfg.n_head * (cfg.block_size + 2)].into_iter().max().unwrap_or(1);
+    widest.next_power_of_two().clamp(32, MAX_WG)
+}
 
 const EBT_COMMON: &str = include_str!("../../../shaders/ebt_common.wgsl");
 const REDUCE: &str = include_str!("../../../shaders/reduce.wgsl");
@@ -199,7 +207,7 @@ fn program(file: &PackedCheckpoint, ix: &EbtIdx) -> Result<Program> {
     let h = cfg.n_head;
     let b = |x: bool| x.to_string();
     for (k, v) in [
-        ("WG", format!("{WG}u")),
+        ("WG", format!("{}u", workgroup_size(cfg, qd))),
         ("F_SCALES", "0u".into()),
         ("D", format!("{}u", cfg.d_model)),
         ("V", format!("{}u", cfg.vocab_size)),

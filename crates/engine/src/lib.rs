@@ -1,7 +1,8 @@
 //! The decoding engine the page runs: exact incremental NRGPT descent on the
 //! GPU through wgpu (WebGPU in the browser, Vulkan natively), falling back to
 //! the same algorithm on the CPU when no adapter exists. Same contract as the
-//! CPU reference `nrgpt_core::session::Session`, which tests hold it to.
+//! CPU reference `nrgpt_core::session::Session`, which tests hold it to. An
+//! EBT thinks the same way: in WGSL when an adapter exists, else on the CPU.
 
 pub mod cpu_decoder;
 pub mod decode_params;

@@ -192,3 +192,25 @@ fn a_prompt_is_one_submission_and_thinks_as_one_by_one() {
     assert_same("after the prompt", &got, &want);
     assert_eq!(gpu.dispatches(), 6 + 5 + 1 + 5);
 }
+
+/// An EBT the size the page runs (d 128, 4 heads, 2 layers, a 512-wide MLP,
+/// 64 characters): workgroups of 256 threads, several rows per thread, and
+/// each step inside lavapipe's 65,535 loop iterations per invocation (past
+/// it lavapipe stops silently, which this would catch as a mismatch).
+#[test]
+fn a_page_sized_model_thinks_as_the_cpu_engine() {
+    let mut cfg = config(Activation::Gelu, NormKind::LayerNorm, 2);
+    (cfg.d_model, cfg.n_head, cfg.head_dim, cfg.ff_mult, cfg.block_size) = (128, 4, 32, 4, 64);
+    let bytes = checkpoint(&cfg, 31, 0.5, Scheme::Int8);
+    let o = opts(3, 2, Verify::MinEnergy, false, None);
+    let (mut gpu, mut cpu) = (gpu_engine(&bytes), engine(&bytes, true));
+    let prompt = seq(40, cfg.vocab_size, 17);
+    let g = pollster::block_on(gpu.push_many(&prompt, &o)).unwrap();
+    let c = pollster::block_on(cpu.push_many(&prompt, &o)).unwrap();
+    assert_same("page-sized prompt", &g, &c);
+    for (i, &t) in seq(4, cfg.vocab_size, 19).iter().enumerate() {
+        let g = pollster::block_on(gpu.push(t, &o)).unwrap();
+        let c = pollster::block_on(cpu.push(t, &o)).unwrap();
+        assert_same(&format!("page-sized char {i}"), &g, &c);
+    }
+}

@@ -82,7 +82,10 @@ impl Decoder {
                         let adapter = g.adapter_name().to_string();
                         (Runner::GpuEbt(g), Backend::Gpu { adapter })
                     }
-                    Err(Error::NoGpu(reason)) => (Runner::Ebt(EbtDecoder::new(&file)?), Backend::Cpu { reason }),
+                    Err(Error::NoGpu(why)) => {
+                        let reason = format!("an EBT thinks on the CPU engine without a GPU adapter ({why})");
+                        (Runner::Ebt(EbtDecoder::new(&file)?), Backend::Cpu { reason })
+                    }
                     Err(e) => return Err(e),
                 }
             }

@@ -168,6 +168,8 @@ struct Program {
     decoder: &'static str,
     consts: BTreeMap<String, String>,
     scr_len: usize,
+    /// Query/key/value width (heads x head width).
+    qd: usize,
 }
 
 fn program(file: &PackedCheckpoint, ix: &EbtIdx) -> Result<Program> {
@@ -189,13 +191,12 @@ fn program(file: &PackedCheckpoint, ix: &EbtIdx) -> Result<Program> {
     for (name, at) in [("W_TOK", ma[0]), ("W_POS", ma[1]), ("W_HEAD", ma[2])] {
         consts.insert(name.to_string(), format!("{at}u"));
     }
-    if layers > 0 {
-        for (k, name) in ["W_Q", "W_K", "W_V", "W_O", "W_1", "W_2"].iter().enumerate() {
-            consts.insert(name.to_string(), format!("{}u", ma[3 + k]));
-        }
-        for (k, name) in ["F_LN1", "F_LN2", "F_B1", "F_B2"].iter().enumerate() {
-            consts.insert(name.to_string(), format!("{}u", va[k]));
-        }
+    // layer 0's offsets (a checkpoint has at least one layer: crates/core/src/bounds.rs)
+    for (k, name) in ["W_Q", "W_K", "W_V", "W_O", "W_1", "W_2"].iter().enumerate() {
+        consts.insert(name.to_string(), format!("{}u", ma[3 + k]));
+    }
+    for (k, name) in ["F_LN1", "F_LN2", "F_B1", "F_B2"].iter().enumerate() {
+        consts.insert(name.to_string(), format!("{}u", va[k]));
     }
     let tail = 4 * layers;
     for (name, at) in [("F_OUTGAMMA", va[tail]), ("F_HEADB", va[tail + 1]), ("F_A", va[tail + 2])] {
@@ -228,7 +229,7 @@ fn program(file: &PackedCheckpoint, ix: &EbtIdx) -> Result<Program> {
     }
     let scr_len = scratch_layout(cfg, qd, &mut consts);
     let decoder = packed.decoder_source();
-    Ok(Program { words: packed.words, fvec: packed.fvec, decoder, consts, scr_len })
+    Ok(Program { words: packed.words, fvec: packed.fvec, decoder, consts, scr_len, qd })
 }
 
 impl Program {
@@ -307,8 +308,7 @@ impl GpuEbtDecoder {
         let init = |label, contents: &[u8]| device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents, usage: st });
         let words = init("words", bytemuck::cast_slice(&prog.words));
         let fvec = init("fvec", bytemuck::cast_slice(&prog.fvec));
-        let qd = ix.layers.first().map_or(0, |g| file.values(g.wq).len() / cfg.d_model);
-        let kv = buffer(&device, "kv", cfg.layers * cfg.block_size * 2 * qd, st);
+        let kv = buffer(&device, "kv", cfg.layers * cfg.block_size * 2 * prog.qd, st);
         let scr_len = prog.scr_len;
         Ok(Self { cfg, device, queue, adapter_name, bgl, append, think, words, fvec, kv, scr_len, room: None, n: 0, dispatches: 0 })
     }

@@ -303,8 +303,8 @@ def check(a):
     starts = [rng.below(len(train) - c.n - 1) for _ in range(s["batch"])]
     x = torch.tensor([train[t: t + c.n] for t in starts])
     y = torch.tensor([train[t + 1: t + c.n + 1] for t in starts])
-    # Ebt::initial_logits, seeded as train.rs seeds it
-    noise = Rng64(Rng64.derive(s["seed"] ^ STREAM_EBT, a.check_iter).next_u64())
+    # trainer/src/think_plan.rs draw: z(0) first, from the iteration's EBT stream (train.rs)
+    noise = Rng64.derive(s["seed"] ^ STREAM_EBT, a.check_iter)
     z0 = torch.tensor([noise.normal() * c.noise for _ in range(s["batch"] * c.n * c.V)], dtype=torch.float64)
     z0 = z0.to(torch.float32).view(s["batch"], c.n, c.V)
     w = {k: v.requires_grad_(True) for k, v in w.items()}

@@ -1,4 +1,4 @@
-// Bindings and workgroup helpers shared by the fused descent kernel.
+// Bindings of the fused descent kernel (its helpers: reduce.wgsl).
 // The constants (sizes, offsets, flags) are generated per checkpoint by
 // crates/engine/src/gpu_decoder.rs and prepended to this file.
 
@@ -23,41 +23,3 @@ struct Job {
 // the state x, scratch vectors and the trace read back after each dispatch
 @group(0) @binding(4) var<storage, read_write> io: array<f32>;
 @group(0) @binding(5) var<storage, read> tokens: array<u32>;
-
-var<workgroup> red: array<f32, WG>;
-
-// Orders storage and workgroup memory across the workgroup.
-fn sync() {
-    storageBarrier();
-    workgroupBarrier();
-}
-
-// Sum of one value per thread; every thread must call it.
-fn wg_sum(tid: u32, v: f32) -> f32 {
-    red[tid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (tid < s) {
-            red[tid] = red[tid] + red[tid + s];
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
-// Max of one value per thread; every thread must call it.
-fn wg_max(tid: u32, v: f32) -> f32 {
-    red[tid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (tid < s) {
-            red[tid] = max(red[tid], red[tid + s]);
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}

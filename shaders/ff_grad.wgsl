@@ -1,27 +1,6 @@
 // Feed-forward (Dense Associative Memory) energy at g and its gradient into
 // `gff`. FF2W: E = -g.(W2 s(u) + b2), dE/dg = -(W2 s(u) + b2) - W1^T (s'(u) * W2^T g).
 // FF1:  E = -|s(u)|^2, dE/dg = -2 W1^T (s(u) s'(u)); u = W1 g + b1.
-fn act(u: f32) -> vec2<f32> {
-    if (GELU) {
-        // GELU(u) = u Phi(u), GELU'(u) = Phi(u) + u phi(u)
-        let cdf = 0.5 * (1.0 + erf_approx(u * 0.70710678118654752));
-        let pdf = exp(-0.5 * u * u) * 0.3989422804014327;
-        return vec2<f32>(u * cdf, cdf + u * pdf);
-    }
-    if (u > 0.0) {
-        return vec2<f32>(u, 1.0);
-    }
-    return vec2<f32>(0.0, 0.0);
-}
-
-// erf, |error| < 1.5e-7 (Abramowitz & Stegun 7.1.26): WGSL has no erf. The WGSL copy
-// of nrgpt_core::scalar::{erf_with_exp, act3}; tests/engine.rs holds them together.
-fn erf_approx(x: f32) -> f32 {
-    let t = 1.0 / (1.0 + 0.3275911 * abs(x));
-    let y = 1.0 - (((((1.0614054 * t - 1.4531521) * t) + 1.4214137) * t - 0.28449674) * t + 0.2548296) * t * exp(-x * x);
-    return select(-y, y, x >= 0.0);
-}
-
 fn ff_energy(tid: u32) -> f32 {
     // u = W1 g + b1, one thread per hidden unit
     for (var i = tid; i < M; i += WG) {

@@ -22,7 +22,7 @@ pub fn candidate_noise(seed: u64, index: u64, samples: usize, v: usize, std: f64
 }
 
 /// The relative rise in energy that accept-only-lower treats as a rise.
-const RISE_TOL: f32 = 1e-5;
+pub const RISE_TOL: f32 = 1e-5;
 
 /// One candidate's thinking: z and E per step taken, and the steps used.
 pub struct CandidateThought {

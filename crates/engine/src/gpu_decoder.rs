@@ -4,14 +4,14 @@
 //! (f32 bits, or int8/int4 codes + block scales) and are decoded in the shader.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use wgpu::util::DeviceExt;
 
-use nrgpt_core::format::{packed_lens, PackedCheckpoint, PackedTensor, Scheme, BLOCK};
+use nrgpt_core::format::PackedCheckpoint;
 use nrgpt_core::{Activation, Error, NormKind, Result};
 
 use crate::decode_params::DecodeParams;
+use crate::gpu_shared::{constants_source, open_device, pack, read_back, storage_entry, PackedWeights};
 use crate::Trace;
 
 /// Threads in the one workgroup.
@@ -20,24 +20,18 @@ const WG: u32 = 256;
 /// The kernel's source files, one function (kernel part) each, concatenated
 /// after the generated constants.
 const COMMON: &str = include_str!("../../../shaders/common.wgsl");
+const REDUCE: &str = include_str!("../../../shaders/reduce.wgsl");
+const ACT: &str = include_str!("../../../shaders/act.wgsl");
 const NORM: &str = include_str!("../../../shaders/norm.wgsl");
 const ATTN: &str = include_str!("../../../shaders/attn_grad.wgsl");
 const FF: &str = include_str!("../../../shaders/ff_grad.wgsl");
 const READOUT: &str = include_str!("../../../shaders/readout.wgsl");
 const UPDATE: &str = include_str!("../../../shaders/update.wgsl");
 const DESCEND: &str = include_str!("../../../shaders/descend.wgsl");
-const W_F32: &str = include_str!("../../../shaders/weights_f32.wgsl");
-const W_INT8: &str = include_str!("../../../shaders/weights_int8.wgsl");
-const W_INT4: &str = include_str!("../../../shaders/weights_int4.wgsl");
 
 /// The bind-group layout of `shaders/common.wgsl`, binding for binding.
 fn bind_group_layout(device: &wgpu::Device) -> wgpu::BindGroupLayout {
-    let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
-        binding,
-        visibility: wgpu::ShaderStages::COMPUTE,
-        ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Storage { read_only }, has_dynamic_offset: false, min_binding_size: None },
-        count: None,
-    };
+    let storage = storage_entry;
     device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
         label: Some("descend"),
         entries: &[
@@ -77,26 +71,17 @@ const JOB_SLOT: u64 = 256;
 /// Where the state, scratch and trace live in the `io` buffer, and the sizes
 /// the kernel is compiled for.
 struct IoLayout {
-    consts: BTreeMap<&'static str, String>,
+    consts: BTreeMap<String, String>,
     io_len: usize,
     out_start: usize,
     levels: usize,
 }
 
-/// The packed weights: matrices in `words` (global element index space, each
-/// matrix padded to a multiple of 32 elements), then scales and vectors in `fvec`.
-struct PackedWeights {
-    scheme: Scheme,
-    words: Vec<u32>,
-    fvec: Vec<f32>,
-    consts: BTreeMap<&'static str, String>,
-}
-
 /// The kernel's name for each parameter it reads, with the parameter's index
 /// in the weight layout (None: this model has no such parameter).
-fn kernel_params(p: &DecodeParams) -> ([(&'static str, Option<usize>); 8], [(&'static str, Option<usize>); 7]) {
+fn kernel_matrices(p: &DecodeParams) -> [(&'static str, Option<usize>); 8] {
     let (lay, ix) = (&p.lay, p.block());
-    let matrices = [
+    [
         ("W_TOK", Some(lay.tok)),
         ("W_POS", Some(lay.pos)),
         ("W_Q", Some(ix.wq)),
@@ -105,62 +90,38 @@ fn kernel_params(p: &DecodeParams) -> ([(&'static str, Option<usize>); 8], [(&'s
         ("W_2", ix.w2),
         ("W_ETA", ix.eta_w),
         ("W_HEAD", Some(lay.head_w)),
-    ];
-    let vectors = [
-        ("F_GAMMA", Some(ix.gamma)),
-        ("F_ALPHA", Some(ix.alpha)),
-        ("F_B1", Some(ix.b1)),
-        ("F_B2", ix.b2),
-        ("F_FFSCALE", Some(ix.ff_scale)),
-        ("F_LOGC", ix.log_c),
-        ("F_OUTGAMMA", Some(lay.out_gamma)),
-    ];
-    (matrices, vectors)
+    ]
 }
 
-fn pack(p: &DecodeParams, file: &PackedCheckpoint) -> Result<PackedWeights> {
-    let scheme = file.scheme;
-    let (matrices, vectors) = kernel_params(p);
-    let mut consts = BTreeMap::new();
-    let (mut words, mut scales, mut elems) = (Vec::new(), Vec::new(), 0usize);
-    for (cname, i) in matrices {
-        consts.insert(cname, format!("{elems}u"));
-        let Some(i) = i else { continue };
-        let (w, name) = (&p.w[i], p.lay.name(i));
-        let padded = w.len().div_ceil(BLOCK) * BLOCK;
-        match (scheme, &file.tensors[i]) {
-            (Scheme::Int8 | Scheme::Int4, PackedTensor::Quant { words: qw, scales: qs, .. }) => {
-                if (qw.len(), qs.len()) != packed_lens(w.len(), scheme) {
-                    return Err(Error::Checkpoint(format!("packed `{name}` has {} words for {} elements", qw.len(), w.len())));
-                }
-                words.extend_from_slice(qw);
-                scales.extend_from_slice(qs);
-            }
-            (Scheme::Int8 | Scheme::Int4, _) => return Err(Error::Checkpoint(format!("`{name}` is not quantized"))),
-            // f32 and f16 (already widened to f32) go as raw bits
-            _ => {
-                words.extend(w.iter().map(|v| v.to_bits()));
-                words.resize(words.len() + padded - w.len(), 0);
-            }
-        }
-        elems += padded;
+/// The kernel's name for each vector it reads (empty: this model has none).
+fn kernel_vectors(p: &DecodeParams) -> [(&'static str, &[f32]); 10] {
+    let (lay, ix, w) = (&p.lay, p.block(), &p.w);
+    let opt = |i: Option<usize>| i.map_or(&[][..], |i| &w[i][..]);
+    [
+        ("F_GAMMA", &w[ix.gamma]),
+        ("F_ALPHA", &w[ix.alpha]),
+        ("F_B1", &w[ix.b1]),
+        ("F_B2", opt(ix.b2)),
+        ("F_FFSCALE", &w[ix.ff_scale]),
+        ("F_LOGC", opt(ix.log_c)),
+        ("F_OUTGAMMA", &w[lay.out_gamma]),
+        ("F_HEADB", &w[lay.head_b]),
+        ("F_DIR0", &p.dirs[0]),
+        ("F_DIR1", &p.dirs[1]),
+    ]
+}
+
+/// The packed weights and the constants naming where each one starts.
+fn pack_for_kernel(p: &DecodeParams, file: &PackedCheckpoint) -> Result<(PackedWeights, BTreeMap<String, String>)> {
+    let (matrices, vectors) = (kernel_matrices(p), kernel_vectors(p));
+    let mi: Vec<Option<usize>> = matrices.iter().map(|m| m.1).collect();
+    let vs: Vec<&[f32]> = vectors.iter().map(|v| v.1).collect();
+    let packed = pack(file, &p.w, &mi, &vs)?;
+    let mut consts = BTreeMap::from([("F_SCALES".to_string(), "0u".to_string())]);
+    for (name, at) in matrices.iter().map(|m| m.0).zip(&packed.mat_at).chain(vectors.iter().map(|v| v.0).zip(&packed.vec_at)) {
+        consts.insert(name.to_string(), format!("{at}u"));
     }
-    let mut fvec = Vec::new();
-    consts.insert("F_SCALES", "0u".into());
-    fvec.extend_from_slice(&scales);
-    for (cname, i) in vectors {
-        consts.insert(cname, format!("{}u", fvec.len()));
-        if let Some(i) = i {
-            fvec.extend_from_slice(&p.w[i]);
-        }
-    }
-    consts.insert("F_HEADB", format!("{}u", fvec.len()));
-    fvec.extend_from_slice(&p.w[p.lay.head_b]);
-    consts.insert("F_DIR0", format!("{}u", fvec.len()));
-    fvec.extend_from_slice(&p.dirs[0]);
-    consts.insert("F_DIR1", format!("{}u", fvec.len()));
-    fvec.extend_from_slice(&p.dirs[1]);
-    Ok(PackedWeights { scheme, words, fvec, consts })
+    Ok((packed, consts))
 }
 
 fn io_layout(p: &DecodeParams, steps: usize) -> IoLayout {
@@ -184,7 +145,7 @@ fn io_layout(p: &DecodeParams, steps: usize) -> IoLayout {
             // everything from here on is read back after each dispatch
             out_start = at;
         }
-        consts.insert(name, format!("{at}u"));
+        consts.insert(name.to_string(), format!("{at}u"));
         at += len;
     }
     let b = |x: bool| x.to_string();
@@ -205,24 +166,16 @@ fn io_layout(p: &DecodeParams, steps: usize) -> IoLayout {
         ("EPS", format!("{:e}", c.eps as f32)),
         ("BETA", format!("{:e}", 1.0 / (c.head_dim as f32).sqrt())),
     ] {
-        consts.insert(k, val);
+        consts.insert(k.to_string(), val);
     }
     IoLayout { consts, io_len: at, out_start, levels }
 }
 
 /// The whole WGSL program for one checkpoint and step count.
-fn source(packed: &PackedWeights, lay: &IoLayout) -> String {
-    let mut s = String::from("// generated by crates/engine/src/gpu_decoder.rs\n");
-    for (k, v) in lay.consts.iter().chain(packed.consts.iter()) {
-        let ty = if v == "true" || v == "false" { "bool" } else if v.ends_with('u') { "u32" } else { "f32" };
-        let _ = writeln!(s, "const {k}: {ty} = {v};");
-    }
-    let weights = match packed.scheme {
-        Scheme::Int8 => W_INT8,
-        Scheme::Int4 => W_INT4,
-        _ => W_F32,
-    };
-    for part in [COMMON, weights, NORM, ATTN, FF, READOUT, UPDATE, DESCEND] {
+fn source(packed: &PackedWeights, wconsts: &BTreeMap<String, String>, lay: &IoLayout) -> String {
+    let consts: BTreeMap<String, String> = lay.consts.iter().chain(wconsts).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut s = constants_source("crates/engine/src/gpu_decoder.rs", &consts);
+    for part in [COMMON, REDUCE, packed.decoder_source(), NORM, ACT, ATTN, FF, READOUT, UPDATE, DESCEND] {
         s.push_str(part);
         s.push('\n');
     }
@@ -234,6 +187,8 @@ pub struct GpuDecoder {
     queue: wgpu::Queue,
     adapter_name: String,
     packed: PackedWeights,
+    /// Where each packed weight starts, as the kernel's constants.
+    wconsts: BTreeMap<String, String>,
     params: DecodeParams,
     lay: IoLayout,
     bgl: wgpu::BindGroupLayout,
@@ -252,27 +207,13 @@ impl GpuDecoder {
     /// `file` is the checkpoint `params` came from (its packed codes go to the GPU as they are).
     pub async fn new(file: &PackedCheckpoint, params: &DecodeParams, steps: usize) -> Result<Self> {
         let params = params.clone();
-        let packed = pack(&params, file)?;
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapter = instance
-            .request_adapter(&wgpu::RequestAdapterOptions { power_preference: wgpu::PowerPreference::HighPerformance, ..Default::default() })
-            .await
-            .map_err(|e| Error::NoGpu(format!("no adapter: {e}")))?;
-        let info = adapter.get_info();
-        // browsers may leave the adapter's name empty
-        let adapter_name = if info.name.is_empty() { format!("{:?}", info.backend) } else { format!("{} ({:?})", info.name, info.backend) };
-        let mut limits = wgpu::Limits::default();
+        let (packed, wconsts) = pack_for_kernel(&params, file)?;
         let need = (packed.words.len().max(packed.fvec.len()) * 4) as u64;
-        limits.max_storage_buffer_binding_size = limits.max_storage_buffer_binding_size.max(need.next_power_of_two());
-        limits.max_buffer_size = limits.max_buffer_size.max(need.next_power_of_two());
-        let (device, queue) = adapter
-            .request_device(&wgpu::DeviceDescriptor { label: Some("nrgpt"), required_limits: limits, ..Default::default() })
-            .await
-            .map_err(|e| Error::NoGpu(format!("adapter {adapter_name} gave no device: {e}")))?;
+        let (device, queue, adapter_name) = open_device("nrgpt", need).await?;
         let bgl = bind_group_layout(&device);
         let lay = io_layout(&params, steps);
-        let (pipeline, bind_group, job, tokens, io, staging) = Self::build(&device, &bgl, &packed, &params, &lay).await?;
-        Ok(Self { device, queue, adapter_name, packed, params, lay, bgl, pipeline, bind_group, job, tokens, io, staging, n: 0, dispatches: 0 })
+        let (pipeline, bind_group, job, tokens, io, staging) = Self::build(&device, &bgl, &packed, &wconsts, &params, &lay).await?;
+        Ok(Self { device, queue, adapter_name, packed, wconsts, params, lay, bgl, pipeline, bind_group, job, tokens, io, staging, n: 0, dispatches: 0 })
     }
 
     #[allow(clippy::type_complexity)]
@@ -280,6 +221,7 @@ impl GpuDecoder {
         device: &wgpu::Device,
         bgl: &wgpu::BindGroupLayout,
         packed: &PackedWeights,
+        wconsts: &BTreeMap<String, String>,
         params: &DecodeParams,
         lay: &IoLayout,
     ) -> Result<(wgpu::ComputePipeline, wgpu::BindGroup, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer)> {
@@ -287,7 +229,7 @@ impl GpuDecoder {
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("descend"),
-            source: wgpu::ShaderSource::Wgsl(source(packed, lay).into()),
+            source: wgpu::ShaderSource::Wgsl(source(packed, wconsts, lay).into()),
         });
         let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor { label: Some("descend"), bind_group_layouts: &[Some(bgl)], immediate_size: 0 });
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -350,7 +292,7 @@ impl GpuDecoder {
     /// Rebuilds the pipeline and cache for a different step count.
     pub async fn set_steps(&mut self, steps: usize) -> Result<()> {
         self.lay = io_layout(&self.params, steps);
-        let (pipeline, bind_group, job, tokens, io, staging) = Self::build(&self.device, &self.bgl, &self.packed, &self.params, &self.lay).await?;
+        let (pipeline, bind_group, job, tokens, io, staging) = Self::build(&self.device, &self.bgl, &self.packed, &self.wconsts, &self.params, &self.lay).await?;
         (self.pipeline, self.bind_group, self.job, self.tokens, self.io, self.staging) = (pipeline, bind_group, job, tokens, io, staging);
         self.n = 0;
         Ok(())
@@ -387,7 +329,7 @@ impl GpuDecoder {
         let out_bytes = ((self.lay.io_len - self.lay.out_start) * 4) as u64;
         enc.copy_buffer_to_buffer(&self.io, (self.lay.out_start * 4) as u64, &self.staging, 0, out_bytes);
         self.queue.submit([enc.finish()]);
-        let out = self.read_staging().await?;
+        let out = read_back(&self.device, &self.staging).await?;
         self.n += tokens.len();
         let (levels, v) = (self.lay.levels, self.params.cfg.vocab_size);
         let steps_used = (out[levels + levels * v + 2 * levels] as usize).min(levels - 1);
@@ -402,23 +344,5 @@ impl GpuDecoder {
             steps_used,
             ..Default::default()
         })
-    }
-
-    async fn read_staging(&self) -> Result<Vec<f32>> {
-        let slice = self.staging.slice(..);
-        let (tx, rx) = futures_channel::oneshot::channel();
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
-        #[cfg(not(target_arch = "wasm32"))]
-        self.device
-            .poll(wgpu::PollType::Wait { submission_index: None, timeout: None })
-            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
-        rx.await
-            .map_err(|_| Error::Gpu("the GPU dropped the read-back".into()))?
-            .map_err(|e| Error::Gpu(format!("mapping the read-back buffer: {e}")))?;
-        let data = bytemuck::cast_slice::<u8, f32>(&slice.get_mapped_range().map_err(|e| Error::Gpu(format!("{e}")))?).to_vec();
-        self.staging.unmap();
-        Ok(data)
     }
 }

@@ -1,17 +1,21 @@
 //! The decoding engine the page runs: exact incremental NRGPT descent on the
 //! GPU through wgpu (WebGPU in the browser, Vulkan natively), falling back to
 //! the same algorithm on the CPU when no adapter exists. Same contract as the
-//! CPU reference `nrgpt_core::session::Session`, which tests hold it to.
+//! CPU reference `nrgpt_core::session::Session`, which tests hold it to. An
+//! EBT thinks the same way: in WGSL when an adapter exists, else on the CPU.
 
 pub mod cpu_decoder;
 pub mod decode_params;
 pub mod ebt_decoder;
 pub mod gpu_decoder;
+pub mod gpu_ebt_decoder;
+mod gpu_shared;
 
 use cpu_decoder::CpuDecoder;
 use ebt_decoder::EbtDecoder;
 use decode_params::DecodeParams;
 use gpu_decoder::GpuDecoder;
+use gpu_ebt_decoder::GpuEbtDecoder;
 use nrgpt_core::format::PackedCheckpoint;
 use nrgpt_core::session::{slide_window, EbtThinkOpts, StepOpts};
 use nrgpt_core::{Arch, Error, ModelConfig, Result, Vocab};
@@ -45,6 +49,7 @@ enum Runner {
     Cpu(CpuDecoder),
     Gpu(GpuDecoder),
     Ebt(EbtDecoder),
+    GpuEbt(GpuEbtDecoder),
 }
 
 /// Incremental decoding of one sequence: feed characters, get each one's descent.
@@ -69,8 +74,21 @@ impl Decoder {
         let file = PackedCheckpoint::from_bytes(bytes)?;
         let steps = file.config.steps;
         let (runner, backend) = if file.config.arch == Arch::Ebt {
-            let reason = "an EBT thinks on the CPU engine: its WGSL kernels are not written yet".into();
-            (Runner::Ebt(EbtDecoder::new(&file)?), Backend::Cpu { reason })
+            if opts.force_cpu {
+                (Runner::Ebt(EbtDecoder::new(&file)?), Backend::Cpu { reason: "GPU not requested".into() })
+            } else {
+                match GpuEbtDecoder::new(&file).await {
+                    Ok(g) => {
+                        let adapter = g.adapter_name().to_string();
+                        (Runner::GpuEbt(g), Backend::Gpu { adapter })
+                    }
+                    Err(Error::NoGpu(why)) => {
+                        let reason = format!("an EBT thinks on the CPU engine without a GPU adapter ({why})");
+                        (Runner::Ebt(EbtDecoder::new(&file)?), Backend::Cpu { reason })
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         } else {
             let params = DecodeParams::from_packed(&file)?;
             if opts.force_cpu {
@@ -113,6 +131,7 @@ impl Decoder {
             Runner::Cpu(d) => d.reset(),
             Runner::Gpu(d) => d.reset(),
             Runner::Ebt(d) => d.reset(),
+            Runner::GpuEbt(d) => d.reset(),
         }
     }
 
@@ -120,6 +139,7 @@ impl Decoder {
     pub fn dispatches(&self) -> u64 {
         match &self.runner {
             Runner::Gpu(d) => d.dispatches(),
+            Runner::GpuEbt(d) => d.dispatches(),
             Runner::Cpu(_) | Runner::Ebt(_) => 0,
         }
     }
@@ -155,7 +175,7 @@ impl Decoder {
     /// window must be recomputed under them.
     async fn apply_opts(&mut self, opts: &StepOpts) -> Result<bool> {
         let steps = opts.steps.unwrap_or(self.cfg.steps).max(1);
-        if let Runner::Ebt(_) = self.runner {
+        if let Runner::Ebt(_) | Runner::GpuEbt(_) = self.runner {
             // the cached real stream does not depend on how the candidates think
             (self.steps, self.tol, self.ebt) = (steps, opts.early_exit, opts.ebt.clone());
             return Ok(false);
@@ -166,7 +186,7 @@ impl Decoder {
             match &mut self.runner {
                 Runner::Cpu(d) => *d = CpuDecoder::new(d.params().clone(), steps),
                 Runner::Gpu(d) => d.set_steps(steps).await?,
-                Runner::Ebt(_) => unreachable!("an EBT returned above"),
+                Runner::Ebt(_) | Runner::GpuEbt(_) => unreachable!("an EBT returned above"),
             }
         }
         self.tol = opts.early_exit;
@@ -182,6 +202,7 @@ impl Decoder {
                 tokens.iter().for_each(|&t| d.append(t));
                 d.think(self.fed - 1, self.steps, self.tol, &self.ebt)?
             }
+            Runner::GpuEbt(d) => d.push_many(tokens, self.fed - 1, self.steps, self.tol, &self.ebt).await?,
         };
         trace.check_finite()?;
         Ok(trace)

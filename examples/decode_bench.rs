@@ -52,7 +52,7 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let block = 256;
     let bytes = checkpoint(block);
-    let mut cpu = pollster::block_on(Decoder::new(&bytes, DecoderOpts { force_cpu: true })).unwrap();
+    let mut cpu = pollster::block_on(Decoder::new(&bytes, DecoderOpts { force_cpu: true, ..Default::default() })).unwrap();
     let mut gpu = pollster::block_on(Decoder::new(&bytes, DecoderOpts::default())).unwrap();
     let mut reference = Session::from_bytes(&bytes).unwrap();
     let gpu_name = match gpu.backend() {

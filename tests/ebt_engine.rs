@@ -74,7 +74,7 @@ fn seq(n: usize, v: usize, seed: u64) -> Vec<u32> {
 
 /// The CPU engine (tests/ebt_gpu.rs holds the WGSL one to it).
 fn decoder(ck: &Checkpoint) -> Decoder {
-    pollster::block_on(Decoder::new(&ck.to_bytes().unwrap(), DecoderOpts { force_cpu: true })).unwrap()
+    pollster::block_on(Decoder::new(&ck.to_bytes().unwrap(), DecoderOpts { force_cpu: true, ..Default::default() })).unwrap()
 }
 
 fn opts(steps: usize, samples: usize, verify: Verify, accept_lower: bool, early_exit: Option<f32>) -> StepOpts {

@@ -102,7 +102,7 @@ fn seq(n: usize, v: usize, seed: u64) -> Vec<u32> {
 }
 
 fn engine(bytes: &[u8], force_cpu: bool) -> Decoder {
-    pollster::block_on(Decoder::new(bytes, DecoderOpts { force_cpu })).unwrap()
+    pollster::block_on(Decoder::new(bytes, DecoderOpts { force_cpu, ebt_on_software_gpu: true })).unwrap()
 }
 
 /// The WGSL engine; no adapter fails the test (as in tests/engine.rs), never skips it.
@@ -257,5 +257,18 @@ fn shipped_ebt_thinks_on_the_gpu_as_on_the_cpu() {
         eprintln!("S={steps}: the same candidate chosen for {same} of {} characters (the rest tied)", chars + 1);
         // ties must stay the exception, or the logits went uncompared
         assert!(2 * same > chars + 1, "S={steps}: only {same} of {} characters chose the same candidate", chars + 1);
+    }
+}
+
+/// By default an EBT on a software adapter (lavapipe here) stays on the CPU
+/// engine, which thinks faster there, and the backend says why.
+#[test]
+fn a_software_adapter_leaves_an_ebt_on_the_cpu_engine() {
+    let bytes = checkpoint(&config(Activation::Gelu, NormKind::LayerNorm, 1), 3, 0.5, Scheme::F32);
+    let eng = pollster::block_on(Decoder::new(&bytes, DecoderOpts::default())).unwrap();
+    match eng.backend() {
+        Backend::Cpu { reason } => assert!(reason.contains("not known to be a hardware GPU"), "unexpected reason: {reason}"),
+        // a hardware GPU keeps the WGSL engine
+        Backend::Gpu { adapter } => eprintln!("hardware adapter {adapter}: the WGSL engine thinks"),
     }
 }

@@ -65,7 +65,7 @@ fn seq(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
 }
 
 fn engine(bytes: &[u8], force_cpu: bool) -> Decoder {
-    pollster::block_on(Decoder::new(bytes, DecoderOpts { force_cpu })).unwrap()
+    pollster::block_on(Decoder::new(bytes, DecoderOpts { force_cpu, ..Default::default() })).unwrap()
 }
 
 /// Compares two traces: logits and per-step energies within `tol`.

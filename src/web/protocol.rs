@@ -54,8 +54,8 @@ pub struct ModelInfo {
     pub params: usize,
     /// e.g. "WebGPU engine" or "CPU engine (wasm)".
     pub backend: String,
-    /// Why the CPU engine runs (no adapter, or an EBT, which has no WGSL
-    /// kernels): the page says so next to the backend.
+    /// Why the CPU engine runs (no adapter, or an EBT on an adapter not known
+    /// to be a hardware GPU): the page says so next to the backend.
     pub backend_note: Option<String>,
     pub from_cache: bool,
 }

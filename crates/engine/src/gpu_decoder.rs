@@ -209,7 +209,7 @@ impl GpuDecoder {
         let params = params.clone();
         let (packed, wconsts) = pack_for_kernel(&params, file)?;
         let need = (packed.words.len().max(packed.fvec.len()) * 4) as u64;
-        let (device, queue, adapter_name) = open_device("nrgpt", need).await?;
+        let (device, queue, adapter_name, _) = open_device("nrgpt", need).await?;
         let bgl = bind_group_layout(&device);
         let lay = io_layout(&params, steps);
         let (pipeline, bind_group, job, tokens, io, staging) = Self::build(&device, &bgl, &packed, &wconsts, &params, &lay).await?;

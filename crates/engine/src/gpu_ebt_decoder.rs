@@ -261,6 +261,8 @@ pub struct GpuEbtDecoder {
     device: wgpu::Device,
     queue: wgpu::Queue,
     adapter_name: String,
+    /// The adapter is not known to be a hardware GPU.
+    software: bool,
     bgl: wgpu::BindGroupLayout,
     append: wgpu::ComputePipeline,
     think: wgpu::ComputePipeline,
@@ -283,7 +285,7 @@ impl GpuEbtDecoder {
         };
         let prog = program(file, ix)?;
         let need = (prog.words.len().max(prog.fvec.len()) * 4) as u64;
-        let (device, queue, adapter_name) = open_device("nrgpt-ebt", need).await?;
+        let (device, queue, adapter_name, software) = open_device("nrgpt-ebt", need).await?;
         let bgl = bind_group_layout(&device);
         // catch WGSL and pipeline errors as values instead of wgpu's panic
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -310,11 +312,15 @@ impl GpuEbtDecoder {
         let fvec = init("fvec", bytemuck::cast_slice(&prog.fvec));
         let kv = buffer(&device, "kv", cfg.layers * cfg.block_size * 2 * prog.qd, st);
         let scr_len = prog.scr_len;
-        Ok(Self { cfg, device, queue, adapter_name, bgl, append, think, words, fvec, kv, scr_len, room: None, n: 0, dispatches: 0 })
+        Ok(Self { cfg, device, queue, adapter_name, software, bgl, append, think, words, fvec, kv, scr_len, room: None, n: 0, dispatches: 0 })
     }
 
     pub fn adapter_name(&self) -> &str {
         &self.adapter_name
+    }
+
+    pub fn software(&self) -> bool {
+        self.software
     }
 
     /// Forgets the window (positions restart at 0).

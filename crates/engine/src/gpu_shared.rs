@@ -84,14 +84,17 @@ pub(crate) fn constants_source(header: &str, consts: &BTreeMap<String, String>) 
 }
 
 /// A device on the preferred adapter with storage bindings of at least
-/// `need_bytes`; Err(NoGpu) when there is none.
-pub(crate) async fn open_device(label: &str, need_bytes: u64) -> Result<(wgpu::Device, wgpu::Queue, String)> {
+/// `need_bytes`, its adapter's name and whether that adapter is not known to
+/// be a hardware GPU (lavapipe says Cpu; a browser's WebGPU says nothing);
+/// Err(NoGpu) when there is none.
+pub(crate) async fn open_device(label: &str, need_bytes: u64) -> Result<(wgpu::Device, wgpu::Queue, String, bool)> {
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
     let adapter = instance
         .request_adapter(&wgpu::RequestAdapterOptions { power_preference: wgpu::PowerPreference::HighPerformance, ..Default::default() })
         .await
         .map_err(|e| Error::NoGpu(format!("no adapter: {e}")))?;
     let info = adapter.get_info();
+    let software = !matches!(info.device_type, wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::VirtualGpu);
     // browsers may leave the adapter's name empty
     let adapter_name = if info.name.is_empty() { format!("{:?}", info.backend) } else { format!("{} ({:?})", info.name, info.backend) };
     let mut limits = wgpu::Limits::default();
@@ -101,7 +104,7 @@ pub(crate) async fn open_device(label: &str, need_bytes: u64) -> Result<(wgpu::D
         .request_device(&wgpu::DeviceDescriptor { label: Some(label), required_limits: limits, ..Default::default() })
         .await
         .map_err(|e| Error::NoGpu(format!("adapter {adapter_name} gave no device: {e}")))?;
-    Ok((device, queue, adapter_name))
+    Ok((device, queue, adapter_name, software))
 }
 
 /// A compute-visible storage binding.

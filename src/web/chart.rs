@@ -40,6 +40,18 @@ pub const EW: f32 = 320.0;
 pub const EH: f32 = 170.0;
 pub const PAD: (f32, f32, f32, f32) = (48.0, 12.0, 14.0, 28.0); // left, right, top, bottom
 
+/// An energy plot's frame: the two axes, with the energy range `lo..hi`
+/// written at the ends of the vertical one; `pb` is the bottom margin.
+pub fn energy_frame(lo: f32, hi: f32, pb: f32) -> impl IntoView {
+    let (pl, pr, pt, _) = PAD;
+    view! {
+        <line class="axis" x1=pl y1=pt x2=pl y2=EH - pb />
+        <line class="axis" x1=pl y1=EH - pb x2=EW - pr y2=EH - pb />
+        <text class="tick" x=pl - 6.0 y=pt + 4.0 text-anchor="end">{fmt_value(hi)}</text>
+        <text class="tick" x=pl - 6.0 y=EH - pb text-anchor="end">{fmt_value(lo)}</text>
+    }
+}
+
 /// E(t) against the descent step t, one point per step (class `e-point`).
 #[component]
 pub fn EnergyChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -> impl IntoView {
@@ -90,10 +102,7 @@ pub fn EnergyChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -> im
         let label = format!("energy E(t) of {:?}, step {shown} of {}", tok.ch, n - 1);
         view! {
             <svg class="chart energy" viewBox=format!("0 0 {EW} {EH}") role="img" aria-label=label>
-                <line class="axis" x1=pl y1=pt x2=pl y2=EH - pb />
-                <line class="axis" x1=pl y1=EH - pb x2=EW - pr y2=EH - pb />
-                <text class="tick" x=pl - 6.0 y=pt + 4.0 text-anchor="end">{fmt_value(hi)}</text>
-                <text class="tick" x=pl - 6.0 y=EH - pb text-anchor="end">{fmt_value(lo)}</text>
+                {energy_frame(lo, hi, pb)}
                 <text class="axis-label" x=EW - pr y=EH - 1.0 text-anchor="end">"step t"</text>
                 {ticks}
                 <path class="e-line future" d=rest />

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 
-use super::chart::{fmt_value, EH, EW, PAD};
+use super::chart::{energy_frame, fmt_value, EH, EW, PAD};
 use super::protocol::Token;
 
 /// At most this many step labels on the x axis (S can be 32).
@@ -75,10 +75,7 @@ pub fn CandidateCurves(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -
         };
         view! {
             <svg class="chart cand-curves" viewBox=format!("0 0 {EW} {EH}") role="img" aria-label=label>
-                <line class="axis" x1=pl y1=pt x2=pl y2=EH - pb />
-                <line class="axis" x1=pl y1=EH - pb x2=EW - pr y2=EH - pb />
-                <text class="tick" x=pl - 6.0 y=pt + 4.0 text-anchor="end">{fmt_value(hi)}</text>
-                <text class="tick" x=pl - 6.0 y=EH - pb text-anchor="end">{fmt_value(lo)}</text>
+                {energy_frame(lo, hi, pb)}
                 <text class="axis-label" x="12" y=(pt + EH - pb) / 2.0 text-anchor="middle"
                     transform=format!("rotate(-90 12 {:.1})", (pt + EH - pb) / 2.0)>"energy E"</text>
                 <text class="axis-label" x=(pl + EW - pr) / 2.0 y=EH - 3.0 text-anchor="middle">"thinking step s"</text>

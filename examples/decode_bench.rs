@@ -2,6 +2,9 @@
 //! wgpu engine (lavapipe here, a real GPU elsewhere) and the full-recompute
 //! CPU reference, at several context lengths, in one run.
 //!
+//! Then the shipped EBT: the CPU engine (cached real keys) against the
+//! oracle session, which recomputes the window for every character.
+//!
 //! `cargo run --release --example decode_bench [-- --quick]`
 
 use std::collections::BTreeMap;
@@ -10,7 +13,8 @@ use std::time::Instant;
 use candle_core::{DType, Device};
 use nrgpt_engine::{Backend, Decoder, DecoderOpts};
 use nrgpt_core::model::init_weights;
-use nrgpt_core::session::{Session, StepOpts};
+use nrgpt_core::ebt_session::EbtSession;
+use nrgpt_core::session::{EbtThinkOpts, Session, StepOpts};
 use nrgpt_core::{Arch, Checkpoint, ModelConfig, Vocab};
 
 fn checkpoint(block: usize) -> Vec<u8> {
@@ -23,14 +27,13 @@ fn checkpoint(block: usize) -> Vec<u8> {
 }
 
 /// Mean ms per character for `k` pushes ending at context length `ctx`.
-fn time_engine(eng: &mut Decoder, ctx: usize, k: usize) -> f64 {
-    let opts = StepOpts::default();
+fn time_engine(eng: &mut Decoder, ctx: usize, k: usize, opts: &StepOpts) -> f64 {
     eng.reset();
     let prompt: Vec<u32> = (0..(ctx - k) as u32).map(|i| i % 65).collect();
-    pollster::block_on(eng.push_many(&prompt, &opts)).unwrap();
+    pollster::block_on(eng.push_many(&prompt, opts)).unwrap();
     let t0 = Instant::now();
     for i in 0..k {
-        pollster::block_on(eng.push(i as u32 % 65, &opts)).unwrap();
+        pollster::block_on(eng.push(i as u32 % 65, opts)).unwrap();
     }
     t0.elapsed().as_secs_f64() * 1000.0 / k as f64
 }
@@ -65,8 +68,8 @@ fn main() {
     println!("|---|---|---|---|---|---|---|");
     let contexts: &[usize] = if quick { &[16] } else { &[16, 64, 128, 256] };
     for &ctx in contexts {
-        let c = time_engine(&mut cpu, ctx, k);
-        let g = time_engine(&mut gpu, ctx, k);
+        let c = time_engine(&mut cpu, ctx, k, &StepOpts::default());
+        let g = time_engine(&mut gpu, ctx, k, &StepOpts::default());
         let r = time_reference(&mut reference, ctx, k.min(4));
         println!("| {ctx} | {c:.2} | {g:.2} | {r:.2} | {:.2} | {:.0} | {:.0} |", g / c, 1000.0 / c, 1000.0 / g);
     }
@@ -75,4 +78,30 @@ fn main() {
     let dispatches = gpu.dispatches();
     let per_char = dispatches as f64 / chars as f64;
     println!("GPU dispatches: {dispatches} for {chars} characters = {per_char:.2} per character = {:.2} per recursion step (T=4)", per_char / 4.0);
+    ebt(k, quick);
+}
+
+/// The shipped EBT at its trained S with Best-of-4: ms per character of the
+/// CPU engine and of the oracle session, at several context lengths.
+fn ebt(k: usize, quick: bool) {
+    let k = k.min(4);
+    let path = "www/models/ebt.safetensors";
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let opts = StepOpts { ebt: EbtThinkOpts { samples: 4, ..Default::default() }, ..Default::default() };
+    let mut cpu = pollster::block_on(Decoder::new(&bytes, DecoderOpts { force_cpu: true, ..Default::default() })).unwrap();
+    let mut oracle = EbtSession::new(&Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).unwrap()).unwrap();
+    let cfg = cpu.config().clone();
+    println!("\nEBT {path}: d={} layers={} S={} N=4, block {}", cfg.d_model, cfg.layers, cfg.steps, cfg.block_size);
+    println!("| context | CPU engine ms/char | oracle session (recompute) ms/char |");
+    println!("|---|---|---|");
+    let contexts: &[usize] = if quick { &[16] } else { &[8, 16, 32, 64] };
+    for &ctx in contexts {
+        let c = time_engine(&mut cpu, ctx, k, &opts);
+        oracle.reset();
+        (0..(ctx - k) as u32).for_each(|i| oracle.feed(i % 65).unwrap());
+        let t0 = Instant::now();
+        (0..k as u32).for_each(|i| drop(oracle.push(i % 65, &opts).unwrap()));
+        let r = t0.elapsed().as_secs_f64() * 1000.0 / k as f64;
+        println!("| {ctx} | {c:.2} | {r:.2} |");
+    }
 }

@@ -5,42 +5,16 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
-use candle_core::{DType, Device, Tensor};
-use common::randn;
+use common::{ebt_checkpoint, ebt_config};
 use nrgpt_core::ebt::Verify;
 use nrgpt_core::ebt_session::EbtSession;
-use nrgpt_core::model::init_weights;
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::session::{EbtThinkOpts, StepOpts, TokenTrace};
-use nrgpt_core::{Activation, Arch, Checkpoint, ModelConfig, NormKind, Vocab};
+use nrgpt_core::{Activation, Checkpoint, ModelConfig, NormKind};
 use nrgpt_engine::{Backend, Decoder, DecoderOpts};
 
-const CHARS: &str = "abcdefghij \n";
-
 fn config(act: Activation, norm: NormKind) -> ModelConfig {
-    let mut c = ModelConfig::new(Arch::Ebt, CHARS.chars().count(), 24, 2, 3, 8);
-    c.layers = 2;
-    c.ff_mult = 2;
-    c.activation = act;
-    c.norm = norm;
-    c.ebt_noise = 1.0;
-    c
-}
-
-/// A random EBT whose energy has real structure (std 0.3 matrices), thinking step `a`.
-fn checkpoint(cfg: &ModelConfig, seed: u64, a: f32) -> Checkpoint {
-    let mut w = init_weights(cfg, seed, DType::F32, &Device::Cpu).unwrap();
-    let mut rng = Rng64::new(seed ^ 0xE17);
-    for t in w.values_mut() {
-        if t.rank() == 2 {
-            *t = randn(t.dims(), 0.3, &mut rng).to_dtype(DType::F32).unwrap();
-        }
-    }
-    w.insert("ebt.log_a".into(), Tensor::new(&[a.ln()], &Device::Cpu).unwrap());
-    let vocab = Vocab::from_chars(CHARS.chars().collect()).unwrap();
-    Checkpoint { config: cfg.clone(), vocab, weights: w, extra: BTreeMap::new(), meta: BTreeMap::new() }
+    ebt_config(act, norm, 2)
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -92,7 +66,7 @@ fn incremental_decoder_thinks_as_the_oracle_one_character_at_a_time() {
             (opts(6, 4, Verify::MaxGap, true, None), 8.0),
             (opts(12, 3, Verify::MinEnergy, false, Some(0.05)), 0.5),
         ] {
-            let ck = checkpoint(&cfg, 5, a);
+            let ck = ebt_checkpoint(&cfg, 5, a);
             let (mut engine, mut oracle) = (decoder(&ck), EbtSession::new(&ck).unwrap());
             assert!(matches!(engine.backend(), Backend::Cpu { .. }), "an EBT runs on the CPU engine");
             let (mut not_first, mut stopped_early) = (0, 0);
@@ -118,7 +92,7 @@ fn incremental_decoder_thinks_as_the_oracle_one_character_at_a_time() {
 #[test]
 fn a_prompt_fed_at_once_thinks_as_the_oracle_fed_one_by_one() {
     let cfg = config(Activation::Gelu, NormKind::LayerNorm);
-    let ck = checkpoint(&cfg, 11, 0.5);
+    let ck = ebt_checkpoint(&cfg, 11, 0.5);
     let o = opts(4, 4, Verify::MinEnergy, false, None);
     for len in [1, 5, 8, 13] {
         let prompt = seq(len, cfg.vocab_size, 40 + len as u64);
@@ -138,7 +112,7 @@ fn a_prompt_fed_at_once_thinks_as_the_oracle_fed_one_by_one() {
 #[test]
 fn thinking_longer_and_more_candidates_lower_the_chosen_energy() {
     let cfg = config(Activation::Gelu, NormKind::LayerNorm);
-    let ck = checkpoint(&cfg, 21, 0.5);
+    let ck = ebt_checkpoint(&cfg, 21, 0.5);
     let mut engine = decoder(&ck);
     let prompt = seq(6, cfg.vocab_size, 9);
     let final_energy = |engine: &mut Decoder, o: &StepOpts| {

@@ -6,43 +6,21 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
-use candle_core::{DType, Device, Tensor};
-use common::randn;
+use common::{ebt_checkpoint, ebt_config};
 use nrgpt_core::ebt::Verify;
 use nrgpt_core::format::Scheme;
-use nrgpt_core::model::init_weights;
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::session::{EbtThinkOpts, StepOpts, TokenTrace};
-use nrgpt_core::{Activation, Arch, Checkpoint, ModelConfig, NormKind, Vocab};
+use nrgpt_core::{Activation, ModelConfig, NormKind};
 use nrgpt_engine::{Backend, Decoder, DecoderOpts};
 
-const CHARS: &str = "abcdefghij \n";
-
 fn config(act: Activation, norm: NormKind, layers: usize) -> ModelConfig {
-    let mut c = ModelConfig::new(Arch::Ebt, CHARS.chars().count(), 24, 2, 3, 8);
-    c.layers = layers;
-    c.ff_mult = 2;
-    c.activation = act;
-    c.norm = norm;
-    c.ebt_noise = 1.0;
-    c
+    ebt_config(act, norm, layers)
 }
 
-/// A random EBT whose energy has real structure (std 0.3 matrices), thinking
-/// step `a`, as bytes in `scheme` (int8 through nrgpt_core::format).
+/// A random EBT (tests/common) as bytes in `scheme` (int8 through nrgpt_core::format).
 fn checkpoint(cfg: &ModelConfig, seed: u64, a: f32, scheme: Scheme) -> Vec<u8> {
-    let mut w = init_weights(cfg, seed, DType::F32, &Device::Cpu).unwrap();
-    let mut rng = Rng64::new(seed ^ 0xE17);
-    for t in w.values_mut() {
-        if t.rank() == 2 {
-            *t = randn(t.dims(), 0.3, &mut rng).to_dtype(DType::F32).unwrap();
-        }
-    }
-    w.insert("ebt.log_a".into(), Tensor::new(&[a.ln()], &Device::Cpu).unwrap());
-    let vocab = Vocab::from_chars(CHARS.chars().collect()).unwrap();
-    let ck = Checkpoint { config: cfg.clone(), vocab, weights: w, extra: BTreeMap::new(), meta: BTreeMap::new() };
+    let ck = ebt_checkpoint(cfg, seed, a);
     match scheme {
         Scheme::F32 => ck.to_bytes().unwrap(),
         s => ck.to_quant_bytes(s).unwrap(),

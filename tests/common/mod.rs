@@ -46,3 +46,31 @@ pub fn random_model(cfg: &ModelConfig, seed: u64) -> (Model, Weights) {
 pub fn ids(v: &[u32]) -> Tensor {
     Tensor::from_slice(v, (1, v.len()), &Device::Cpu).unwrap()
 }
+
+/// The EBT test vocabulary.
+pub const EBT_CHARS: &str = "abcdefghij \n";
+
+/// A small EBT over `EBT_CHARS` (d 24, 2 heads, S = 3, an 8-character window; noise 1).
+pub fn ebt_config(act: nrgpt_core::Activation, norm: nrgpt_core::NormKind, layers: usize) -> ModelConfig {
+    let mut c = ModelConfig::new(Arch::Ebt, EBT_CHARS.chars().count(), 24, 2, 3, 8);
+    c.layers = layers;
+    c.ff_mult = 2;
+    c.activation = act;
+    c.norm = norm;
+    c.ebt_noise = 1.0;
+    c
+}
+
+/// A random EBT whose energy has real structure (std 0.3 matrices), thinking step `a`.
+pub fn ebt_checkpoint(cfg: &ModelConfig, seed: u64, a: f32) -> nrgpt_core::Checkpoint {
+    let mut w = init_weights(cfg, seed, DType::F32, &Device::Cpu).unwrap();
+    let mut rng = Rng64::new(seed ^ 0xE17);
+    for t in w.values_mut() {
+        if t.rank() == 2 {
+            *t = randn(t.dims(), 0.3, &mut rng).to_dtype(DType::F32).unwrap();
+        }
+    }
+    w.insert("ebt.log_a".into(), Tensor::new(&[a.ln()], &Device::Cpu).unwrap());
+    let vocab = nrgpt_core::Vocab::from_chars(EBT_CHARS.chars().collect()).unwrap();
+    nrgpt_core::Checkpoint { config: cfg.clone(), vocab, weights: w, extra: Default::default(), meta: Default::default() }
+}

@@ -11,7 +11,7 @@ use nrgpt_core::format::PackedCheckpoint;
 use nrgpt_core::{Activation, Error, NormKind, Result};
 
 use crate::decode_params::DecodeParams;
-use crate::gpu_shared::{constants_source, open_device, pack, read_back, storage_entry, PackedWeights};
+use crate::gpu_shared::{constants_source, job_entry, open_device, pack, read_back, storage_entry, PackedWeights};
 use crate::Trace;
 
 /// Threads in the one workgroup.
@@ -36,16 +36,7 @@ fn bind_group_layout(device: &wgpu::Device) -> wgpu::BindGroupLayout {
         label: Some("descend"),
         entries: &[
             // job: uniform Job, one 256-byte slot per token of a submission
-            wgpu::BindGroupLayoutEntry {
-                binding: 0,
-                visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Uniform,
-                    has_dynamic_offset: true,
-                    min_binding_size: wgpu::BufferSize::new(std::mem::size_of::<Job>() as u64),
-                },
-                count: None,
-            },
+            job_entry(std::mem::size_of::<Job>() as u64),
             storage(1, true),  // words
             storage(2, true),  // fvec
             storage(3, false), // kcache

@@ -17,7 +17,7 @@ use nrgpt_core::layout::{Body, EbtIdx};
 use nrgpt_core::session::{EbtThinkOpts, TokenTrace};
 use nrgpt_core::{Activation, Error, ModelConfig, NormKind, Result};
 
-use crate::gpu_shared::{constants_source, open_device, pack, read_back, storage_entry};
+use crate::gpu_shared::{constants_source, job_entry, open_device, pack, read_back, storage_entry};
 
 /// The most threads per workgroup.
 const MAX_WG: usize = 256;
@@ -46,16 +46,7 @@ fn bind_group_layout(device: &wgpu::Device) -> wgpu::BindGroupLayout {
         label: Some("ebt"),
         entries: &[
             // job: uniform Job, one 256-byte slot per dispatch of a submission
-            wgpu::BindGroupLayoutEntry {
-                binding: 0,
-                visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Uniform,
-                    has_dynamic_offset: true,
-                    min_binding_size: wgpu::BufferSize::new(std::mem::size_of::<Job>() as u64),
-                },
-                count: None,
-            },
+            job_entry(std::mem::size_of::<Job>() as u64),
             storage_entry(1, true),  // words
             storage_entry(2, true),  // fvec
             storage_entry(3, false), // kv

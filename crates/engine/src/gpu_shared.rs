@@ -107,6 +107,17 @@ pub(crate) async fn open_device(label: &str, need_bytes: u64) -> Result<(wgpu::D
     Ok((device, queue, adapter_name, software))
 }
 
+/// Binding 0 of both kernels' layouts: the uniform `Job`, one 256-byte slot
+/// per dispatch of a submission, picked by a dynamic offset.
+pub(crate) fn job_entry(size: u64) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding: 0,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Uniform, has_dynamic_offset: true, min_binding_size: wgpu::BufferSize::new(size) },
+        count: None,
+    }
+}
+
 /// A compute-visible storage binding.
 pub(crate) fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
     wgpu::BindGroupLayoutEntry {

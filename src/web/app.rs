@@ -250,8 +250,9 @@ impl Ui {
         if self.running.get_untracked() || self.info.get_untracked().is_none() {
             return;
         }
-        if let Some(p) = self.prompt_problem() {
-            return self.error.set(Some(p));
+        // the prompt's hint already says what is wrong, and follows the typing
+        if self.prompt_problem().is_some() {
+            return;
         }
         let parse = |s: RwSignal<String>, what: &str| -> Result<f64, String> {
             s.get_untracked().trim().parse::<f64>().map_err(|_| format!("{what} must be a number"))
@@ -424,7 +425,7 @@ pub fn App() -> impl IntoView {
             <label class="field" for=id>
                 <span>{label}</span>
                 <input id=id name=id type="number" inputmode="decimal" step=step min=min
-                    prop:value=move || sig.get() on:input=move |ev| sig.set(event_target_value(&ev)) />
+                    prop:value=move || sig.get() on:input=move |ev| { sig.set(event_target_value(&ev)); ui.error.set(None); } />
             </label>
         }
     };
@@ -445,7 +446,7 @@ pub fn App() -> impl IntoView {
     let render_char = move |t: Arc<Token>| {
         let i = t.index;
         let e = t.energies.last().copied().unwrap_or(0.0);
-        let s = t.steps_used as f32 / (t.energies.len().max(2) - 1) as f32;
+        let s = t.steps_used as f32 / t.steps.max(1) as f32;
         let kept = (t.candidates.len() > 1).then(|| format!(" · candidate {} of {} kept", t.chosen + 1, t.candidates.len()));
         let title = format!("{} · E = {e:.2} · p = {:.2} · {} steps{}", show_char(t.ch), t.prob, t.steps_used, kept.unwrap_or_default());
         view! {
@@ -505,7 +506,7 @@ pub fn App() -> impl IntoView {
                         <span>"Prompt " <small>"(Ctrl+Enter to generate)"</small></span>
                         <textarea id="prompt" name="prompt" rows="3" spellcheck="false"
                             prop:value=move || ui.prompt.get()
-                            on:input=move |ev| ui.prompt.set(event_target_value(&ev))
+                            on:input=move |ev| { ui.prompt.set(event_target_value(&ev)); ui.error.set(None); }
                             on:keydown=move |ev: KeyboardEvent| {
                                 if ev.key() == "Enter" && (ev.ctrl_key() || ev.meta_key()) {
                                     ev.prevent_default();
@@ -523,7 +524,7 @@ pub fn App() -> impl IntoView {
                         <label class="field" for="tol">
                             <span>"Early-exit tolerance"</span>
                             <input id="tol" name="tol" type="number" inputmode="decimal" step="0.01" min="0" aria-describedby="tol-note"
-                                prop:value=move || ui.tol.get() on:input=move |ev| ui.tol.set(event_target_value(&ev)) />
+                                prop:value=move || ui.tol.get() on:input=move |ev| { ui.tol.set(event_target_value(&ev)); ui.error.set(None); } />
                             <small id="tol-note" class="hint">"0 = off; not on the CPU reference (GPT baselines)"</small>
                         </label>
                     </div>
@@ -568,6 +569,8 @@ pub fn App() -> impl IntoView {
                         {move || match ui.color.get() {
                             ColorMode::Plain => "Click a character to replay how it settled.",
                             ColorMode::Energy => "Green: low final energy (a deep basin); red: high. Click a character to replay it.",
+                            ColorMode::Steps if ui.tokens.with(|v| !v.is_empty() && v.iter().all(|t| t.steps_used >= t.steps)) =>
+                                "Every character used all its steps: nothing exited early (set an early-exit tolerance above 0 to let characters stop once they settle).",
                             ColorMode::Steps => "Green: few descent steps used; red: all of them (early exit works on the incremental engines, WebGPU and CPU).",
                         }}
                     </p>

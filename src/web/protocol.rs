@@ -73,6 +73,8 @@ pub struct Token {
     pub step_logits: Vec<Vec<f32>>,
     pub proj: Vec<[f32; 2]>,
     pub steps_used: usize,
+    /// The steps the run asked for (T or S): `steps_used` is out of these.
+    pub steps: usize,
     /// EBT: every candidate's energy per thinking step (empty otherwise);
     /// `energies` and `step_logits` are candidate `chosen`'s.
     pub candidates: Vec<Vec<f32>>,
@@ -82,7 +84,7 @@ pub struct Token {
 }
 
 impl Token {
-    pub fn new(run: u32, index: usize, ch: char, prob: f32, tr: TokenTrace, ms: f64) -> Self {
+    pub fn new(run: u32, index: usize, ch: char, prob: f32, steps: usize, tr: TokenTrace, ms: f64) -> Self {
         // `logits` equals the last entry of `step_logits` (same state, same
         // readout), so it is not sent twice.
         Self {
@@ -94,6 +96,7 @@ impl Token {
             step_logits: tr.step_logits,
             proj: tr.proj,
             steps_used: tr.steps_used,
+            steps,
             candidates: tr.candidates,
             chosen: tr.chosen,
             ms,

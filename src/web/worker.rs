@@ -253,6 +253,7 @@ async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut PageBackend, re
     }
     let mut trace = trace.expect("the prompt is not empty");
     let mut push_ms = 0.0;
+    let asked = req.steps.unwrap_or(engine.config().steps);
     let mut rng = Rng64::new(req.seed);
     for index in 0..req.len {
         if stopped() {
@@ -262,7 +263,7 @@ async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut PageBackend, re
         let next = draw(&probs, &mut rng);
         let ch = engine.vocab().chars()[next];
         // The trace that chose `ch` is the descent of the previous position.
-        post(&FromWorker::Token(Token::new(req.run, index, ch, probs[next], trace, push_ms)));
+        post(&FromWorker::Token(Token::new(req.run, index, ch, probs[next], asked, trace, push_ms)));
         if index + 1 == req.len {
             break;
         }

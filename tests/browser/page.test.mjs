@@ -110,6 +110,26 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       assert.match(hint, /not in this model's vocabulary/);
     });
 
+    test('error messages follow the fields: none stays once its cause is fixed', async () => {
+      const hint = async () => (await page.textContent('.hint.bad')).trim();
+      await setField(page, 'prompt', 'Hello é');
+      assert.match(await hint(), /é.*not in this model's vocabulary/);
+      await setField(page, 'prompt', 'Hello');
+      assert.equal(await hint(), '', 'the vocabulary message goes once é is removed');
+      await setField(page, 'prompt', '');
+      await page.click('#generate');
+      assert.match(await hint(), /Type a prompt/);
+      await setField(page, 'prompt', 'R');
+      assert.equal(await hint(), '', 'the empty-prompt message goes once something is typed');
+      assert.equal(await page.$('#error'), null, 'no stale error box after typing');
+      await setField(page, 'len', 200000);
+      await page.click('#generate');
+      await page.waitForSelector('#error');
+      assert.match(await page.textContent('#error'), /Length/);
+      await setField(page, 'len', LEN);
+      assert.equal(await page.$('#error'), null, 'the Length error goes when Length is edited');
+    });
+
     test(`generates ${LEN} characters equal to the native reference, with T+1 energy points`, async () => {
       await setField(page, 'prompt', PROMPT);
       await setField(page, 'len', LEN);
@@ -167,6 +187,24 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       const bg = await page.$eval('#output .ch[data-i="3"]', (e) => getComputedStyle(e).backgroundColor);
       assert.notEqual(bg, 'rgba(0, 0, 0, 0)', 'characters get a colour by energy');
       await page.screenshot({ path: path.join(OUT, `${mode}-laptop-energy.png`) });
+      await page.check('#color-plain');
+    });
+
+    test('colour by steps used: out of the steps asked for, and says when none exited early', async () => {
+      // the 100-character run above had no early exit: every character used all T steps
+      await page.check('#color-steps');
+      assert.match(await page.textContent('.legend'), /Every character used all its steps/);
+      // a huge tolerance stops every character after its first step: 1 of T used
+      await setField(page, 'tol', 1e9);
+      await setField(page, 'len', 12);
+      await page.click('#generate');
+      await page.waitForFunction(() => document.querySelectorAll('#output .ch').length === 12, null, { timeout: 60_000 });
+      await page.waitForSelector('#app[data-state="ready"]');
+      const s = await page.$$eval('#output .ch', (es) => es.map((e) => parseFloat(getComputedStyle(e).getPropertyValue('--s'))));
+      assert.ok(s.every((v) => Math.abs(v - 1 / T) < 1e-3), `steps-used shares ${s.join(' ')}, expected 1/${T} each`);
+      assert.doesNotMatch(await page.textContent('.legend'), /Every character used all/);
+      await setField(page, 'tol', 0);
+      await setField(page, 'len', LEN);
       await page.check('#color-plain');
     });
 

@@ -343,6 +343,29 @@ fn mb(bytes: f64) -> String {
     format!("{:.1} MB", bytes / 1e6)
 }
 
+/// NRGPT's recursion steps T, and what leaving the trained T does.
+fn nrgpt_steps(ui: Ui) -> impl IntoView {
+    let trained = move || ui.info.with(|i| i.as_ref().map(|i| i.steps));
+    let off = move || trained().is_some_and(|t| ui.steps.get().trim().parse::<usize>().is_ok_and(|s| s != t));
+    let note = move || {
+        trained().map(|t| {
+            if off() {
+                format!("trained at T = {t}: the weights learned a {t}-step descent, so another T usually writes worse text")
+            } else {
+                format!("descent steps per character; trained at T = {t}")
+            }
+        })
+    };
+    view! {
+        <label class="field" for="steps">
+            <span>"Recursion steps T"</span>
+            <input id="steps" name="steps" type="number" inputmode="decimal" step="1" min="1" aria-describedby="steps-note"
+                prop:value=move || ui.steps.get() on:input=move |ev| { ui.steps.set(event_target_value(&ev)); ui.error.set(None); } />
+            <small id="steps-note" class="hint" class:bad=off>{note}</small>
+        </label>
+    }
+}
+
 /// The EBT's own knobs: how long each guess thinks and how many guesses compete.
 fn ebt_controls(ui: Ui) -> impl IntoView {
     let trained = move || ui.info.with(|i| i.as_ref().map(|i| i.steps));
@@ -520,7 +543,7 @@ pub fn App() -> impl IntoView {
                         {num_input("temperature", "Temperature", ui.temperature, "0.05", "0")}
                         {num_input("top-k", "Top-k (0 = all)", ui.top_k, "1", "0")}
                         {num_input("seed", "Seed", ui.seed, "1", "0")}
-                        {move || if ebt.get() { ebt_controls(ui).into_any() } else { num_input("steps", "Recursion steps T", ui.steps, "1", "1").into_any() }}
+                        {move || if ebt.get() { ebt_controls(ui).into_any() } else { nrgpt_steps(ui).into_any() }}
                         <label class="field" for="tol">
                             <span>"Early-exit tolerance"</span>
                             <input id="tol" name="tol" type="number" inputmode="decimal" step="0.01" min="0" aria-describedby="tol-note"

@@ -130,6 +130,14 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       assert.equal(await page.$('#error'), null, 'the Length error goes when Length is edited');
     });
 
+    test('says what a T other than the trained one does', async () => {
+      assert.match(await page.textContent('#steps-note'), new RegExp(`trained at T = ${T}`));
+      await setField(page, 'steps', T + 2);
+      assert.match(await page.textContent('#steps-note'), new RegExp(`trained at T = ${T}: .*worse text`));
+      await setField(page, 'steps', T);
+      assert.doesNotMatch(await page.textContent('#steps-note'), /worse/);
+    });
+
     test(`generates ${LEN} characters equal to the native reference, with T+1 energy points`, async () => {
       await setField(page, 'prompt', PROMPT);
       await setField(page, 'len', LEN);

@@ -74,6 +74,8 @@ struct Ui {
     tol: RwSignal<String>,
     run: RwSignal<u32>,
     run_prompt: RwSignal<String>,
+    /// Keep the newest text in view: set by each run, cleared while the reader scrolls up.
+    follow: RwSignal<bool>,
     t_start: RwSignal<f64>,
     tokens: RwSignal<Vec<Arc<Token>>>,
     /// The newest character as the inspector shows it (throttled).
@@ -114,6 +116,7 @@ impl Ui {
             live: RwSignal::new(None),
             e_range: RwSignal::new((f32::INFINITY, f32::NEG_INFINITY)),
             selected: RwSignal::new(None),
+            follow: RwSignal::new(true),
             step: RwSignal::new(0),
             color: RwSignal::new(ColorMode::Plain),
             gpu: RwSignal::new(GpuProbe::Checking),
@@ -288,6 +291,8 @@ impl Ui {
         stop_replay();
         self.run.set(req.run);
         self.run_prompt.set(req.prompt.clone());
+        // a long prompt fills the box: the new text must come into view anyway
+        self.follow.set(true);
         PENDING.with(|p| p.borrow_mut().clear());
         self.tokens.set(Vec::new());
         self.live.set(None);
@@ -458,13 +463,17 @@ pub fn App() -> impl IntoView {
     Effect::new(move |_| {
         ui.tokens.track();
         request_animation_frame(move || {
-            if let Some(el) = out_ref.get_untracked() {
-                if el.scroll_height() - el.scroll_top() - el.client_height() < 80 {
-                    el.set_scroll_top(el.scroll_height());
-                }
+            if let (Some(el), true) = (out_ref.get_untracked(), ui.follow.get_untracked()) {
+                el.set_scroll_top(el.scroll_height());
             }
         });
     });
+    // content growing fires no scroll event: only the reader (or the follow above) does
+    let on_scroll = move |_| {
+        if let Some(el) = out_ref.get_untracked() {
+            ui.follow.set(el.scroll_height() - el.scroll_top() - el.client_height() < 80);
+        }
+    };
 
     let render_char = move |t: Arc<Token>| {
         let i = t.index;
@@ -580,7 +589,7 @@ pub fn App() -> impl IntoView {
                                 .collect_view()}
                         </fieldset>
                     </div>
-                    <div id="output" class="output" node_ref=out_ref
+                    <div id="output" class="output" node_ref=out_ref on:scroll=on_scroll
                         class:color-energy=move || ui.color.get() == ColorMode::Energy
                         class:color-steps=move || ui.color.get() == ColorMode::Steps
                         style=move || { let (lo, hi) = ui.e_range.get(); format!("--emin:{};--erange:{}", if lo.is_finite() { lo } else { 0.0 }, (hi - lo).max(1e-3)) }>

@@ -216,6 +216,26 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       await page.check('#color-plain');
     });
 
+    test('with a prompt taller than the text box, the new characters come into view', async () => {
+      try {
+        await setField(page, 'prompt', 'A:\n'.repeat(45));
+        await setField(page, 'len', 12);
+        await page.click('#generate');
+        await page.waitForFunction(() => document.querySelectorAll('#output .ch').length === 12, null, { timeout: 60_000 });
+        await page.waitForSelector('#app[data-state="ready"]');
+        await page.waitForTimeout(100); // the follow happens on the next animation frame
+        const { box, last, tall } = await page.$eval('#output', (o) => {
+          const chars = o.querySelectorAll('.ch');
+          return { box: o.getBoundingClientRect().toJSON(), last: chars[chars.length - 1].getBoundingClientRect().toJSON(), tall: o.scrollHeight > o.clientHeight };
+        });
+        assert.ok(tall, 'the prompt overflows the text box (else this checks nothing)');
+        assert.ok(last.bottom <= box.bottom + 1 && last.top >= box.top - 1, `the last character (${last.top}..${last.bottom}) is outside the box (${box.top}..${box.bottom})`);
+      } finally {
+        await setField(page, 'prompt', PROMPT);
+        await setField(page, 'len', LEN);
+      }
+    });
+
     test('Stop stops a long generation (phone width)', async () => {
       await page.setViewportSize({ width: 390, height: 844 });
       await setField(page, 'len', 1000);

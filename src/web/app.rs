@@ -74,6 +74,8 @@ struct Ui {
     tol: RwSignal<String>,
     run: RwSignal<u32>,
     run_prompt: RwSignal<String>,
+    /// The manifest name of the model being loaded or loaded.
+    model_name: RwSignal<String>,
     /// Keep the newest text in view: set by each run, cleared while the reader scrolls up.
     follow: RwSignal<bool>,
     t_start: RwSignal<f64>,
@@ -117,6 +119,7 @@ impl Ui {
             e_range: RwSignal::new((f32::INFINITY, f32::NEG_INFINITY)),
             selected: RwSignal::new(None),
             follow: RwSignal::new(true),
+            model_name: RwSignal::new(String::new()),
             step: RwSignal::new(0),
             color: RwSignal::new(ColorMode::Plain),
             gpu: RwSignal::new(GpuProbe::Checking),
@@ -141,9 +144,10 @@ impl Ui {
                 self.steps.set(info.steps.to_string());
                 let steps = if info.arch == EBT_ARCH { format!("S = {} thinking steps", info.steps) } else { format!("T = {}", info.steps) };
                 self.status.set(format!(
-                    "Loaded {} ({} parameters, {steps}){}.",
+                    "Loaded {} ({}, {} parameters, {steps}){}.",
+                    self.model_name.get_untracked(),
                     info.arch,
-                    info.params,
+                    thousands(info.params),
                     if info.from_cache { ", from the browser cache" } else { "" }
                 ));
                 self.info.set(Some(info));
@@ -233,6 +237,7 @@ impl Ui {
         self.error.set(None);
         self.progress.set((0.0, entry.size as f64));
         self.status.set(format!("Loading {}…", entry.name));
+        self.model_name.set(entry.name.clone());
         send(ToWorker::Load { url: manifest::model_url(&entry) });
     }
 
@@ -342,6 +347,15 @@ fn stop_replay() {
 
 fn token_key(t: &Arc<Token>) -> (u32, usize) {
     (t.run, t.index)
+}
+
+/// 723271 -> "723k", 1250000 -> "1.25M": parameter counts as people say them.
+fn thousands(n: usize) -> String {
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..1_000_000 => format!("{:.0}k", n as f64 / 1e3),
+        _ => format!("{:.2}M", n as f64 / 1e6),
+    }
 }
 
 fn mb(bytes: f64) -> String {
@@ -522,7 +536,7 @@ pub fn App() -> impl IntoView {
                                 }
                             }>
                             {move || ui.models.get().into_iter().enumerate().map(|(i, m)| {
-                                let text = format!("{} ({}, {:.0}k params)", m.name, m.arch, m.params as f64 / 1e3);
+                                let text = format!("{} ({}, {} params)", m.name, m.arch, thousands(m.params));
                                 view! { <option value=i selected=move || ui.model_idx.get() == i>{text}</option> }
                             }).collect_view()}
                         </select>
@@ -626,7 +640,16 @@ pub fn App() -> impl IntoView {
                                 on:click=move |_| { stop_replay(); ui.selected.set(None); ui.step.set(usize::MAX); }>"Newest"</button>
                         </div>
                     </div>
-                    {move || if ebt.get() {
+                    {move || if current.with(|c| c.is_none()) {
+                        // before any character there is nothing to draw: say what will be here
+                        view! {
+                            <p id="insp-empty" class="hint">{move || if ebt.get() {
+                                "Generate some text: for each character, every guess's energy per thinking step appears here, and how the kept guess sharpened."
+                            } else {
+                                "Generate some text: for each character, its energy per descent step, its path into the basin and its candidates appear here."
+                            }}</p>
+                        }.into_any()
+                    } else if ebt.get() {
                         // An EBT has no hidden-state path (`proj` is empty): its picture is the candidates.
                         view! {
                             <div class="figs ebt">

@@ -102,6 +102,11 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       if (cfg.hideGpu) assert.equal(probe, 'no-api');
       else assert.notEqual(probe, 'no-api', 'chromium with --enable-unsafe-webgpu should expose navigator.gpu');
       assert.equal(await page.inputValue('#steps'), String(T), 'steps default to the checkpoint T');
+      // the status names the model, with its size as people say it
+      assert.match(await page.textContent('#status'), /^Loaded default \(nrgpt-[a-z0-9]+, \d+k parameters, T = \d+\)/);
+      // before any character: a sentence on what will appear, no empty figures or captions
+      assert.match(await page.textContent('#insp-empty'), /Generate some text/);
+      assert.equal(await page.$$eval('.inspector figcaption, .inspector svg', (es) => es.length), 0, 'no empty charts before the first run');
     });
 
     test('rejects a prompt character outside the vocabulary', async () => {

@@ -241,17 +241,25 @@ impl Ui {
         send(ToWorker::Load { url: manifest::model_url(&entry) });
     }
 
-    /// The first character of the prompt the model cannot read, if any.
+    /// What keeps the model from reading the prompt: every character outside its vocabulary at once.
     fn prompt_problem(self) -> Option<String> {
         let info = self.info.get()?;
         let prompt = self.prompt.get();
         if prompt.is_empty() {
             return Some("Type a prompt (at least one character).".into());
         }
-        prompt
-            .chars()
-            .find(|&c| !info.vocab.contains(c))
-            .map(|c| format!("The character {c:?} is not in this model's vocabulary (it knows {} characters).", info.vocab.chars().count()))
+        let mut bad: Vec<char> = prompt.chars().filter(|&c| !info.vocab.contains(c)).collect();
+        bad.sort_unstable();
+        bad.dedup();
+        let known = info.vocab.chars().count();
+        match bad.as_slice() {
+            [] => None,
+            [c] => Some(format!("The character {c:?} is not in this model's vocabulary (it knows {known} characters).")),
+            cs => {
+                let list = cs.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(", ");
+                Some(format!("{} characters are not in this model's vocabulary (it knows {known}): {list}.", cs.len()))
+            }
+        }
     }
 
     fn generate(self) {

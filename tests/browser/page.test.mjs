@@ -113,6 +113,11 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       await setField(page, 'prompt', 'Hello — world');
       const hint = await page.textContent('.hint.bad');
       assert.match(hint, /not in this model's vocabulary/);
+      // all of them at once, not one per attempt
+      await setField(page, 'prompt', 'Café — naïve ☃ café');
+      const all = await page.textContent('.hint.bad');
+      for (const c of ['é', '—', 'ï', '☃']) assert.ok(all.includes(`'${c}'`), `the hint lists ${c}: ${all}`);
+      assert.match(all, /^4 characters are not in this model's vocabulary/);
     });
 
     test('error messages follow the fields: none stays once its cause is fixed', async () => {

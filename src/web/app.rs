@@ -270,21 +270,24 @@ impl Ui {
         if self.prompt_problem().is_some() {
             return;
         }
-        let parse = |s: RwSignal<String>, what: &str| -> Result<f64, String> {
-            s.get_untracked().trim().parse::<f64>().map_err(|_| format!("{what} must be a number"))
+        // each field in its own range, named in the message
+        let parse = |s: RwSignal<String>, what: &str, lo: f64, hi: f64| -> Result<f64, String> {
+            let v = s.get_untracked().trim().parse::<f64>().map_err(|_| format!("{what} must be a number"))?;
+            if !(lo..=hi).contains(&v) {
+                let hi = if hi.is_finite() { format!("{hi}") } else { "any".into() };
+                return Err(format!("{what} must be between {lo} and {hi} (it is {v})."));
+            }
+            Ok(v)
         };
         let req = (|| -> Result<GenerateRequest, String> {
-            let len = parse(self.len, "Length")?;
-            let temperature = parse(self.temperature, "Temperature")?;
-            let top_k = parse(self.top_k, "Top-k")?;
-            let seed = parse(self.seed, "Seed")?;
-            let steps = parse(self.steps, "Recursion steps")?;
-            let tol = parse(self.tol, "Early-exit tolerance")?;
             let ebt = self.is_ebt();
             let max_steps = if ebt { self.ebt_max_steps() } else { 64 };
-            if !(1.0..=100_000.0).contains(&len) || !(temperature >= 0.0) || top_k < 0.0 || seed < 0.0 || !(1.0..=max_steps as f64).contains(&steps) || !(tol >= 0.0) {
-                return Err(format!("Length 1–100000, temperature ≥ 0, top-k ≥ 0, seed ≥ 0, steps 1–{max_steps}, tolerance ≥ 0."));
-            }
+            let len = parse(self.len, "Length", 1.0, 100_000.0)?;
+            let temperature = parse(self.temperature, "Temperature", 0.0, f64::INFINITY)?;
+            let top_k = parse(self.top_k, "Top-k", 0.0, f64::INFINITY)?;
+            let seed = parse(self.seed, "Seed", 0.0, u64::MAX as f64)?;
+            let steps = parse(self.steps, if ebt { "Thinking steps S" } else { "Recursion steps T" }, 1.0, max_steps as f64)?;
+            let tol = parse(self.tol, "Early-exit tolerance", 0.0, f64::INFINITY)?;
             Ok(GenerateRequest {
                 run: self.run.get_untracked() + 1,
                 prompt: self.prompt.get_untracked(),
@@ -531,7 +534,8 @@ pub fn App() -> impl IntoView {
                 </p>
             </header>
             <div class="layout">
-                <form class="controls panel" on:submit=move |ev: SubmitEvent| {
+                // the app checks every field and names it; the browser's step checks refused 0.72 and 0.001
+                <form class="controls panel" novalidate on:submit=move |ev: SubmitEvent| {
                     ev.prevent_default();
                     ui.generate();
                 }>

@@ -138,6 +138,25 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       assert.match(await page.textContent('#error'), /Length/);
       await setField(page, 'len', LEN);
       assert.equal(await page.$('#error'), null, 'the Length error goes when Length is edited');
+      // each field's range, named; and no browser step check refuses a valid value
+      await setField(page, 'steps', 999);
+      await page.click('#generate');
+      await page.waitForSelector('#error');
+      assert.match(await page.textContent('#error'), /^Recursion steps T must be between 1 and 64 \(it is 999\)/);
+      await setField(page, 'steps', T);
+      // values off the inputs' step grid are valid: the browser must not refuse them
+      try {
+        await setField(page, 'temperature', 0.72);
+        await setField(page, 'tol', 0.001);
+        await setField(page, 'len', 5);
+        await page.click('#generate');
+        await page.waitForFunction(() => document.querySelectorAll('#output .ch').length === 5, null, { timeout: 30_000 });
+        await page.waitForSelector('#app[data-state="ready"]');
+      } finally {
+        await setField(page, 'temperature', env('TEMPERATURE'));
+        await setField(page, 'tol', 0);
+        await setField(page, 'len', LEN);
+      }
     });
 
     test('says what a T other than the trained one does', async () => {

@@ -29,11 +29,11 @@ impl GpuProbe {
 
     pub fn describe(&self) -> String {
         match self {
-            GpuProbe::Checking => "checking for WebGPU…".into(),
-            GpuProbe::NoApi => "this browser exposes no navigator.gpu (no WebGPU), so the CPU path runs".into(),
-            GpuProbe::NoAdapter(why) => format!("navigator.gpu exists but gave no adapter ({why})"),
+            GpuProbe::Checking => "Checking for WebGPU…".into(),
+            GpuProbe::NoApi => "This browser exposes no navigator.gpu (no WebGPU), so the CPU path runs.".into(),
+            GpuProbe::NoAdapter(why) => format!("The browser has navigator.gpu but it gave no adapter ({why})."),
             GpuProbe::Adapter(name) => {
-                format!("WebGPU adapter found ({name})")
+                format!("WebGPU adapter found ({name}).")
             }
         }
     }

@@ -99,6 +99,8 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       console.log(`[${mode}] ${line.trim()}`);
       // WebGPU runs the incremental GPU engine; without it the same algorithm runs in wasm
       assert.match(line, cfg.hideGpu ? /CPU engine \(wasm\)/ : /WebGPU engine/);
+      // the backend line is sentences: the probe's part starts with a capital
+      assert.doesNotMatch(line, /\. [a-z]/, `a sentence of the backend line starts in lower case: ${line.trim()}`);
       if (cfg.hideGpu) assert.equal(probe, 'no-api');
       else assert.notEqual(probe, 'no-api', 'chromium with --enable-unsafe-webgpu should expose navigator.gpu');
       assert.equal(await page.inputValue('#steps'), String(T), 'steps default to the checkpoint T');

@@ -11,6 +11,7 @@ use nrgpt_core::rng::Rng64;
 use nrgpt_core::ModelConfig;
 
 use crate::data::all_windows;
+use crate::fast::ebt::think::initial_logits;
 use crate::fast::ebt::FastEbt;
 use crate::fast::num_threads;
 
@@ -99,8 +100,7 @@ pub fn thinking_table(cfg: &ModelConfig, weights: &Weights, data: &[u32], spec: 
         // per candidate, per step of interest: (char losses, energies); and E at step 0
         let mut cand: Vec<(Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>)> = Vec::with_capacity(n_max);
         for c in 0..n_max {
-            // z(0) ~ N(0, ebt_noise^2), as in training
-            let z0: Vec<f32> = (0..b * block * v).map(|_| (rng.normal() * cfg.ebt_noise) as f32).collect();
+            let z0 = initial_logits(cfg, b * block, &mut rng);
             let th = fast.think(&x, &z0, s_max.max(trained))?;
             let losses = spec.steps.iter().map(|&s| char_losses(&th.logits[s], &y, v)).collect::<Vec<_>>();
             let energies = spec.steps.iter().map(|&s| widen(&th.energies[s])).collect::<Vec<_>>();

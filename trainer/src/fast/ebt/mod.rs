@@ -121,11 +121,7 @@ impl FastEbt {
         ensure!(plan.langevin.iter().all(|e| e.len() == total * v), "the plan's Langevin noise has the wrong size");
         self.lay.transposes(&self.params, &mut self.pt);
         let (cfg, lay, params, pt, ix) = (&self.cfg, &self.lay, &self.params, &self.pt, self.ix());
-        let starts: Vec<usize> = self.ws.iter().scan(0, |acc, w| {
-            let s = *acc;
-            *acc += w.lock().unwrap().dims.r;
-            Some(s)
-        }).collect();
+        let starts = self.chunk_starts();
         run_chunks(&self.ws, self.threads, |i, ws| {
             let (row0, rows) = (starts[i], ws.dims.r);
             let cp = ChunkPlan {
@@ -142,6 +138,15 @@ impl FastEbt {
         let loss: f64 = ws.iter().map(|w| w.loss_sum).sum();
         let z: Vec<f32> = ws.iter().flat_map(|w| w.z.iter().copied()).collect();
         Ok((loss / total as f64, z))
+    }
+
+    /// The first row of each chunk's workspace in the batch.
+    fn chunk_starts(&self) -> Vec<usize> {
+        self.ws.iter().scan(0, |acc, w| {
+            let s = *acc;
+            *acc += w.lock().unwrap().dims.r;
+            Some(s)
+        }).collect()
     }
 
     pub fn weights(&self) -> Result<Weights> {

@@ -36,11 +36,7 @@ impl FastEbt {
         let (cfg, lay, p, pt) = (&self.cfg, &self.lay, &self.params, &self.pt);
         let ix = self.ix();
         let (a, _) = step_size(ix, p);
-        let starts: Vec<usize> = self.ws.iter().scan(0, |acc, w| {
-            let s = *acc;
-            *acc += w.lock().unwrap().dims.r;
-            Some(s)
-        }).collect();
+        let starts = self.chunk_starts();
         let parts: Vec<std::sync::Mutex<Trajectory>> =
             self.ws.iter().map(|_| std::sync::Mutex::new(Trajectory { logits: Vec::new(), energies: Vec::new() })).collect();
         run_chunks(&self.ws, self.threads, |i, ws| {
@@ -72,6 +68,11 @@ impl FastEbt {
     }
 }
 
+/// z(0) ~ N(0, ebt_noise^2) for `rows` rows of V, drawn as `Ebt::initial_logits` draws it.
+pub fn initial_logits(cfg: &ModelConfig, rows: usize, rng: &mut Rng64) -> Vec<f32> {
+    (0..rows * cfg.vocab_size).map(|_| (rng.normal() * cfg.ebt_noise) as f32).collect()
+}
+
 /// Self-verification as the oracle's `Ebt::predict`: `samples` candidates
 /// from N(0, ebt_noise^2) noise drawn from `rng` in the same order, `steps`
 /// steps each, kept per position by `verify`. Returns the logits (B, n, V).
@@ -83,7 +84,7 @@ pub fn predict(cfg: &ModelConfig, weights: &Weights, ids: &Tensor, steps: usize,
     let mut fast = FastEbt::new(cfg, weights, b, num_threads())?;
     let mut best: Option<(Vec<f32>, Vec<f32>)> = None;
     for _ in 0..samples.max(1) {
-        let z0: Vec<f32> = (0..b * n * v).map(|_| (rng.normal() * cfg.ebt_noise) as f32).collect();
+        let z0 = initial_logits(cfg, b * n, rng);
         let th = fast.think(&x, &z0, steps)?;
         let score: Vec<f32> = match verify {
             Verify::MinEnergy => th.energies[steps].clone(),

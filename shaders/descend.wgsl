@@ -11,6 +11,8 @@ var<workgroup> gradv: array<f32, D>;
 var<workgroup> gff: array<f32, D>;
 var<workgroup> q: array<f32, HD>;
 var<workgroup> ctx: array<f32, HD>;
+// alpha_h p_AA q_h: the self term of a mask with the diagonal (zero without)
+var<workgroup> own: array<f32, HD>;
 var<workgroup> energy_now: f32;
 
 @compute @workgroup_size(WG)

@@ -1,4 +1,4 @@
-// x <- x - eta * dE/dg with dE/dg = -Wq^T ctx + ff_scale * gff; eta is
+// x <- x - eta * dE/dg with dE/dg = -Wq^T ctx (- Wk^T own with DIAG) + ff_scale * gff; eta is
 // c * diag(gamma) (stable) or a learned D x D matrix (free).
 fn update_x(tid: u32) {
     let ffs = fvec[F_FFSCALE];
@@ -6,6 +6,11 @@ fn update_x(tid: u32) {
         var at = 0.0;
         for (var i = 0u; i < HD; i++) {
             at += w_at(W_Q + i * D + j) * ctx[i];
+        }
+        if (DIAG) {
+            for (var i = 0u; i < HD; i++) {
+                at += w_at(W_K + i * D + j) * own[i];
+            }
         }
         gradv[j] = -at + ffs * gff[j];
     }

@@ -12,7 +12,7 @@ use nrgpt_engine::{Backend, Decoder, DecoderOpts, Trace};
 use nrgpt_core::model::init_weights;
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::session::{Session, StepOpts};
-use nrgpt_core::{Activation, Arch, Checkpoint, EtaKind, ModelConfig, NormKind, Vocab};
+use nrgpt_core::{Activation, Arch, Checkpoint, EtaInit, EtaKind, ModelConfig, NormKind, Vocab};
 
 fn variants() -> Vec<ModelConfig> {
     let mut out = Vec::new();
@@ -29,6 +29,15 @@ fn variants() -> Vec<ModelConfig> {
         c.ff_mult = 2;
         out.push(c);
     }
+    // the reference's attention: a fixed beta, the mask with the diagonal
+    // (exact self term), full-rank J (head_dim = d_model), free eta
+    let mut c = out[0].clone();
+    (c.attn_beta, c.attn_diag, c.head_dim, c.eta, c.eta_init) = (Some(0.5), true, c.d_model, EtaKind::Free, EtaInit::Normal);
+    out.push(c);
+    // the diagonal alone, on the other feed-forward energy and norm
+    let mut c = out[2].clone();
+    c.attn_diag = true;
+    out.push(c);
     out
 }
 
@@ -94,7 +103,7 @@ fn incremental_decoding_equals_full_recomputation() {
         for (k, &tok) in seq(80, cfg.vocab_size, 7).iter().enumerate() {
             let want = reference.push(tok, &StepOpts::default()).unwrap();
             let got = pollster::block_on(eng.push(tok, &StepOpts::default())).unwrap();
-            assert_traces_close(&format!("{:?} {:?} token {k}", cfg.arch, cfg.eta), &got, &want, 1e-4);
+            assert_traces_close(&format!("{:?} {:?} diag {} token {k}", cfg.arch, cfg.eta, cfg.attn_diag), &got, &want, 1e-4);
         }
     }
 }
@@ -116,7 +125,7 @@ fn gpu_engine(bytes: &[u8]) -> Decoder {
 fn wgsl_matches_cpu_reference_for_every_variant() {
     for (i, cfg) in variants().iter().enumerate() {
         let bytes = random_checkpoint(cfg, 200 + i as u64);
-        check_gpu_against_reference(&format!("{:?}/{:?}", cfg.arch, cfg.eta), &bytes, cfg.vocab_size);
+        check_gpu_against_reference(&format!("{:?}/{:?}/diag {}", cfg.arch, cfg.eta, cfg.attn_diag), &bytes, cfg.vocab_size);
     }
 }
 

@@ -11,7 +11,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use nrgpt_core::format::Scheme;
 use nrgpt_core::model::num_params;
 use nrgpt_core::sample::{generate, SampleOpts};
-use nrgpt_core::{Activation, Arch, Checkpoint, EtaKind, ModelConfig, NormKind, Vocab};
+use nrgpt_core::{Activation, Arch, Checkpoint, EtaInit, EtaKind, ModelConfig, NormKind, Vocab};
 use serde::Serialize;
 use nrgpt_core::bounds::{MAX_BLOCK, MAX_D_MODEL, MAX_FF_MULT, MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS, MAX_STEPS};
 use trainer::cli_values::{non_negative_f32, count, dropout, non_negative, positive, temperature, top_p, MAX_SAMPLE_LEN};
@@ -139,6 +139,19 @@ struct TrainArgs {
     /// gelu | relu
     #[arg(long, default_value = "gelu", value_parser = parse_act)]
     activation: Activation,
+    /// NRGPT: free eta's init, identity (ours) | normal (N(0, 0.02), the reference's).
+    #[arg(long, value_parser = parse_eta_init)]
+    eta_init: Option<EtaInit>,
+    /// NRGPT: the attention's inverse temperature beta (default 1/sqrt(head_dim); the reference: 1).
+    #[arg(long, value_parser = positive)]
+    attn_beta: Option<f64>,
+    /// NRGPT: the attention mask, strict (B < A, ours) | diagonal (B <= A, the reference's; exact self term).
+    #[arg(long, value_parser = ["strict", "diagonal"])]
+    attn_mask: Option<String>,
+    /// reference: the reference's model choices together (beta 1, mask with the diagonal,
+    /// free eta from N(0, 0.02), full-rank J: head_dim = d_model); a flag given beside it wins.
+    #[arg(long, value_parser = ["reference"])]
+    preset: Option<String>,
     #[arg(long, default_value_t = 250, value_parser = count(1, 1 << 40))]
     eval_every: usize,
     #[arg(long, default_value_t = 20, value_parser = count(1, 1 << 20))]
@@ -289,6 +302,42 @@ fn parse_eta(s: &str) -> Result<EtaKind, String> {
     }
 }
 
+fn parse_eta_init(s: &str) -> Result<EtaInit, String> {
+    match s {
+        "identity" => Ok(EtaInit::Identity),
+        "normal" => Ok(EtaInit::Normal),
+        _ => Err(format!("`{s}`: expected identity or normal")),
+    }
+}
+
+/// The model options of `a`, with `--preset reference` filling every one
+/// its own flag did not set. Returns the config and the clap ids the preset
+/// set (a resumed run checks them as if given).
+fn model_config(a: &TrainArgs, vocab_len: usize, given: &[String]) -> (ModelConfig, Vec<String>) {
+    let reference = a.preset.as_deref() == Some("reference");
+    let set = |id: &str| given.iter().any(|g| g == id);
+    let mut by_preset = Vec::new();
+    let mut pick = |id: &str, own: bool| {
+        let use_preset = reference && !own;
+        if use_preset {
+            by_preset.push(id.to_string());
+        }
+        use_preset
+    };
+    let mut cfg = ModelConfig::new(a.model, vocab_len, a.d_model, a.heads, a.steps, a.block);
+    cfg.head_dim = if pick("head_dim", a.head_dim.is_some()) { a.d_model } else { a.head_dim.unwrap_or(a.d_model / a.heads.max(1)) };
+    cfg.ff_mult = a.ff_mult;
+    cfg.norm = a.norm;
+    cfg.eta = if pick("eta", set("eta")) { EtaKind::Free } else { a.eta };
+    cfg.eta_init = if pick("eta_init", a.eta_init.is_some()) { EtaInit::Normal } else { a.eta_init.unwrap_or_default() };
+    cfg.attn_beta = if pick("attn_beta", a.attn_beta.is_some()) { Some(1.0) } else { a.attn_beta };
+    cfg.attn_diag = if pick("attn_mask", a.attn_mask.is_some()) { true } else { a.attn_mask.as_deref() == Some("diagonal") };
+    cfg.activation = a.activation;
+    cfg.layers = a.layers;
+    cfg.ebt_noise = a.ebt_noise;
+    (cfg, by_preset)
+}
+
 fn parse_act(s: &str) -> Result<Activation, String> {
     match s {
         "gelu" => Ok(Activation::Gelu),
@@ -327,17 +376,11 @@ struct TrainReport {
 }
 
 /// `given`: the clap ids of the options on the command line (a resumed run checks them).
-fn train(a: TrainArgs, given: Vec<String>, json: bool) -> Result<()> {
+fn train(a: TrainArgs, mut given: Vec<String>, json: bool) -> Result<()> {
     let vocab = load_vocab(&a.vocab)?;
     let corpus = Corpus::load(&a.data, &vocab)?;
-    let mut cfg = ModelConfig::new(a.model, vocab.len(), a.d_model, a.heads, a.steps, a.block);
-    cfg.head_dim = a.head_dim.unwrap_or(a.d_model / a.heads.max(1));
-    cfg.ff_mult = a.ff_mult;
-    cfg.norm = a.norm;
-    cfg.eta = a.eta;
-    cfg.activation = a.activation;
-    cfg.layers = a.layers;
-    cfg.ebt_noise = a.ebt_noise;
+    let (cfg, by_preset) = model_config(&a, vocab.len(), &given);
+    given.extend(by_preset);
     let settings = TrainSettings {
         batch: a.batch,
         iters: a.iters.unwrap_or(2000),

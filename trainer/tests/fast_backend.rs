@@ -6,7 +6,7 @@
 use candle_core::{DType, Device, Tensor, Var};
 use nrgpt_core::model::{cross_entropy, init_weights, Dropout, Weights};
 use nrgpt_core::rng::Rng64;
-use nrgpt_core::{Activation, Arch, EtaKind, ForwardOpts, Model, ModelConfig, NormKind};
+use nrgpt_core::{Activation, Arch, EtaInit, EtaKind, ForwardOpts, Model, ModelConfig, NormKind};
 use trainer::fast::{mask_count, Fault, FastModel};
 
 /// Relative tolerance on the loss and on each gradient (l2 norm of the error
@@ -150,6 +150,33 @@ fn rmsnorm_free_eta_and_dropout() {
     check(&config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable), 0.2);
 }
 
+/// The reference's attention options: a fixed beta, the mask with the
+/// diagonal (exact self term), a free eta started at N(0, 0.02), a
+/// full-rank J (head_dim = D); each alone and all together.
+#[test]
+fn reference_options() {
+    let base = config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable);
+    let with = |f: &dyn Fn(&mut ModelConfig)| {
+        let mut c = base.clone();
+        f(&mut c);
+        c
+    };
+    check(&with(&|c| c.attn_beta = Some(1.0)), 0.0);
+    check(&with(&|c| c.attn_diag = true), 0.0);
+    check(&with(&|c| (c.eta, c.eta_init) = (EtaKind::Free, EtaInit::Normal)), 0.0);
+    let all = |c: &mut ModelConfig| {
+        (c.attn_beta, c.attn_diag, c.eta, c.eta_init, c.head_dim) = (Some(1.0), true, EtaKind::Free, EtaInit::Normal, c.d_model)
+    };
+    check(&with(&all), 0.0);
+    check(
+        &with(&|c| {
+            all(c);
+            (c.norm, c.arch) = (NormKind::RmsNorm, Arch::NrgptFf1);
+        }),
+        0.2,
+    );
+}
+
 #[test]
 fn gpt_and_gpt_rec() {
     check(&config(Arch::Gpt, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable), 0.0);
@@ -181,8 +208,10 @@ fn gradients_do_not_depend_on_the_thread_count() {
 #[test]
 fn a_wrong_backward_fails_the_check() {
     let cfg = config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable);
-    for fault in [Fault::NoSecondOrder, Fault::NoSoftmaxPath] {
-        let (err, name) = compare(&cfg, 0.0, 2, Some(fault));
+    let mut diag = cfg.clone();
+    diag.attn_diag = true;
+    for (cfg, fault) in [(&cfg, Fault::NoSecondOrder), (&cfg, Fault::NoSoftmaxPath), (&diag, Fault::NoSelfQuery)] {
+        let (err, name) = compare(cfg, 0.0, 2, Some(fault));
         eprintln!("{fault:?}: max relative error {err:.2e} ({name})");
         assert!(err > 100.0 * TOL, "{fault:?} went unnoticed: error {err:e}");
     }

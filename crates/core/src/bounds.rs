@@ -6,7 +6,7 @@
 //! checks (the layout's products, the decoders' slicing) relies on them.
 
 use crate::layout::{Body, WeightLayout};
-use crate::{Arch, EtaKind, Error, ModelConfig, Result};
+use crate::{Arch, EtaInit, EtaKind, Error, ModelConfig, Result};
 
 /// Largest vocabulary (a character model; ids are u32).
 pub const MAX_VOCAB: usize = 1 << 16;
@@ -60,6 +60,7 @@ pub fn check_config(cfg: &ModelConfig) -> Result<()> {
     if !(cfg.eps > 0.0 && cfg.eps <= 1.0) {
         return Err(field_err("eps", cfg.eps, "must be in (0, 1]".into()));
     }
+    check_nrgpt_options(cfg)?;
     match checked_params(cfg) {
         Some(n) if n <= MAX_PARAMS => Ok(()),
         n => {
@@ -67,6 +68,31 @@ pub fn check_config(cfg: &ModelConfig) -> Result<()> {
             Err(field_err("parameters", got, format!("the config's parameter count must be at most {MAX_PARAMS}")))
         }
     }
+}
+
+/// Largest attention inverse temperature: scores `beta g_B^T J g_A` of
+/// normalised states; beyond this the softmax is a hard max at any init.
+pub const MAX_ATTN_BETA: f64 = 1e3;
+
+/// The NRGPT-only options: in range, and set only where they mean
+/// something (an option a model would ignore is refused, not dropped).
+fn check_nrgpt_options(cfg: &ModelConfig) -> Result<()> {
+    if let Some(beta) = cfg.attn_beta {
+        if !(beta > 0.0 && beta <= MAX_ATTN_BETA) {
+            return Err(field_err("attn_beta", beta, format!("must be finite, in (0, {MAX_ATTN_BETA}]")));
+        }
+    }
+    let nrgpt = cfg.arch.is_nrgpt();
+    if !nrgpt && cfg.attn_beta.is_some() {
+        return Err(field_err("attn_beta", cfg.arch.name(), "must be unset: only NRGPT's attention energy has it".into()));
+    }
+    if !nrgpt && cfg.attn_diag {
+        return Err(field_err("attn_diag", cfg.arch.name(), "must be false: only NRGPT's attention energy has it".into()));
+    }
+    if cfg.eta_init != EtaInit::Identity && !(nrgpt && cfg.eta == EtaKind::Free) {
+        return Err(field_err("eta_init", cfg.eta_init.name(), "must be identity unless the model is an NRGPT with a free eta".into()));
+    }
+    Ok(())
 }
 
 /// The parameter count of `cfg`'s layout in checked u64 arithmetic (`None`
@@ -178,6 +204,12 @@ mod tests {
             ("ff_mult", Box::new(|c| c.ff_mult = usize::MAX / 4)),
             ("ebt_noise", Box::new(|c| c.ebt_noise = f64::NAN)),
             ("eps", Box::new(|c| c.eps = f64::INFINITY)),
+            ("attn_beta", Box::new(|c| c.attn_beta = Some(0.0))),
+            ("attn_beta", Box::new(|c| c.attn_beta = Some(f64::NAN))),
+            ("attn_beta", Box::new(|c| (c.arch, c.attn_beta) = (Arch::Gpt, Some(1.0)))),
+            ("attn_diag", Box::new(|c| (c.arch, c.attn_diag) = (Arch::Ebt, true))),
+            // a stable step has no matrix to initialise
+            ("eta_init", Box::new(|c| c.eta_init = EtaInit::Normal)),
             // each field in range, the product over the cap
             ("parameters", Box::new(|c| (c.d_model, c.ff_mult, c.head_dim, c.n_head) = (8192, 64, 8192, 1024))),
         ];

@@ -79,6 +79,27 @@ impl EtaKind {
     }
 }
 
+/// How a free step-size matrix starts (the stable step has no matrix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EtaInit {
+    /// The identity: the first steps are plain gradient steps (ours).
+    #[default]
+    Identity,
+    /// N(0, 0.02), as the reference's `proj` (a `Linear(D, D)` under GPT init):
+    /// the descent starts nearly switched off and learns its own map.
+    Normal,
+}
+
+impl EtaInit {
+    pub fn name(self) -> &'static str {
+        match self {
+            EtaInit::Identity => "identity",
+            EtaInit::Normal => "normal",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Activation {
@@ -93,6 +114,12 @@ fn one() -> usize {
 
 fn one_f64() -> f64 {
     1.0
+}
+
+/// Serde skips a field at its default, so a config without the newer
+/// options serialises exactly as before they existed.
+fn is_default<T: Default + PartialEq>(t: &T) -> bool {
+    *t == T::default()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -119,6 +146,21 @@ pub struct ModelConfig {
     pub eta: EtaKind,
     pub activation: Activation,
     pub eps: f64,
+    /// NRGPT's attention inverse temperature beta; `None`: 1/sqrt(head_dim)
+    /// (ours). The reference uses 1 (its `C**-0.5` is commented out). Fixed,
+    /// not learned: `(J, alpha) -> (c J, alpha / c)` with `beta -> beta / c`
+    /// leaves the gradient unchanged, so a learned beta only re-scales J's
+    /// learning rate.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub attn_beta: Option<f64>,
+    /// NRGPT's attention mask includes the diagonal (B <= A, as the reference
+    /// for Shakespeare); otherwise strict (B < A, ours). The gradient stays
+    /// exact: it gains the self term `- alpha_h p_AA J_h g_A`.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub attn_diag: bool,
+    /// How a free eta matrix starts.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub eta_init: EtaInit,
 }
 
 impl ModelConfig {
@@ -139,7 +181,15 @@ impl ModelConfig {
             eta: EtaKind::Stable,
             activation: Activation::Gelu,
             eps: 1e-5,
+            attn_beta: None,
+            attn_diag: false,
+            eta_init: EtaInit::Identity,
         }
+    }
+
+    /// The attention inverse temperature: `attn_beta`, else 1/sqrt(head_dim).
+    pub fn beta(&self) -> f64 {
+        self.attn_beta.unwrap_or_else(|| 1.0 / (self.head_dim as f64).sqrt())
     }
 
     pub fn ff_hidden(&self) -> usize {

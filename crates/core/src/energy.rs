@@ -10,12 +10,16 @@ use crate::ops::{activation, causal_masks, merge_heads, softmax_lse, split_heads
 use crate::Activation;
 
 /// Attention energy parameters: `J_h = Wk_h^T Wq_h`, weight `alpha_h`, inverse
-/// temperature `beta = 1/sqrt(head_dim)`.
+/// temperature `beta` (`ModelConfig::beta`), mask strict (B < A) or with the
+/// diagonal (B <= A).
 pub struct AttnEnergy {
     pub wq: Tensor,    // (H*dh, D)
     pub wk: Tensor,    // (H*dh, D)
     pub alpha: Tensor, // (H)
     pub n_head: usize,
+    pub beta: f64,
+    /// The mask includes B = A.
+    pub diag: bool,
 }
 
 /// Energy gradient (B, n, D) and, when asked, per-token energy (B, n).
@@ -25,25 +29,33 @@ pub struct EnergyGrad {
 }
 
 impl AttnEnergy {
-    pub fn beta(&self) -> Result<f64> {
-        Ok(1.0 / ((self.wq.dim(0)? / self.n_head) as f64).sqrt())
-    }
-
     /// E_AT(A) = - sum_h (alpha_h/beta) log sum_{B<A} exp(beta g_B^T J_h g_A);
     /// dE_AT/dg_A = - sum_h alpha_h J_h^T sum_{B<A} p^h_AB g_B = - sum_h alpha_h Wq_h^T sum_B p^h_AB k_B.
+    /// With the diagonal (B <= A) g_A is also the key of the B = A term, so
+    /// the exact gradient gains - sum_h alpha_h p^h_AA J_h g_A = - sum_h alpha_h p^h_AA Wk_h^T q_A
+    /// (the reference drops it: its update is then not a gradient of E_A).
     pub fn energy_grad(&self, g: &Tensor, want_energy: bool) -> Result<EnergyGrad> {
         let (b, n, _) = g.dims3()?;
         let h = self.n_head;
-        let beta = self.beta()?;
+        let beta = self.beta;
         let q = split_heads(&linear(g, &self.wq, None)?, h)?; // (B,H,n,dh)
         let k = split_heads(&linear(g, &self.wk, None)?, h)?;
-        let (mask, rows) = causal_masks(n, true, g.dtype(), g.device())?;
+        let (mask, rows) = causal_masks(n, !self.diag, g.dtype(), g.device())?;
         let s = (q.matmul(&k.t()?)? * beta)?.broadcast_add(&mask)?; // (B,H,A,B)
         let (p, lse) = softmax_lse(&s)?;
-        let p = p.broadcast_mul(&rows)?; // the first token attends to nothing
+        let p = p.broadcast_mul(&rows)?; // under the strict mask the first token attends to nothing
         let alpha = self.alpha.reshape((1, h, 1, 1))?;
         let ctx = p.matmul(&k)?.broadcast_mul(&alpha)?; // alpha_h sum_B p_AB k_B
-        let grad = linear(&merge_heads(&ctx)?, &self.wq.t()?, None)?.neg()?;
+        let mut grad = linear(&merge_heads(&ctx)?, &self.wq.t()?, None)?;
+        if self.diag {
+            // p_AA: the diagonal of each (A, B) block, (B, H, n, 1)
+            let eye = Tensor::eye(n, g.dtype(), g.device())?;
+            let p_self = p.broadcast_mul(&eye)?.sum_keepdim(3)?;
+            // alpha_h p_AA q_A, then - Wk^T of it
+            let own = q.broadcast_mul(&p_self)?.broadcast_mul(&alpha)?;
+            grad = (grad + linear(&merge_heads(&own)?, &self.wk.t()?, None)?)?;
+        }
+        let grad = grad.neg()?;
         let energy = if want_energy {
             let rows = rows.reshape((1, 1, n))?;
             let e = lse.broadcast_mul(&rows)?.broadcast_mul(&(alpha.reshape((1, h, 1))? / -beta)?)?;

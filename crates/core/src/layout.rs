@@ -4,7 +4,7 @@
 //! packer and the fast trainer all index weights through [`WeightLayout`];
 //! no other module spells a weight's name.
 
-use crate::{Arch, EtaKind, ModelConfig};
+use crate::{Arch, EtaInit, EtaKind, ModelConfig};
 
 /// How a parameter starts.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -159,6 +159,10 @@ impl WeightLayout {
         let body = match cfg.arch {
             Arch::NrgptFf2w | Arch::NrgptFf1 => {
                 let ff2w = cfg.arch == Arch::NrgptFf2w;
+                let eta_init = match cfg.eta_init {
+                    EtaInit::Identity => Init::Identity,
+                    EtaInit::Normal => Init::Normal(std),
+                };
                 let mut n = |s: &str, shape: Vec<usize>, init| b.add(format!("block.{s}"), shape, init);
                 Body::Nrgpt(NrgptIdx {
                     gamma: n("norm.gamma", vec![d], Init::Const(1.0)),
@@ -171,7 +175,7 @@ impl WeightLayout {
                     b2: ff2w.then(|| n("ff.b2", vec![d], Init::Const(0.0))),
                     ff_scale: n("ff_scale", vec![1], Init::Const(1.0)),
                     log_c: (cfg.eta == EtaKind::Stable).then(|| n("eta.log_c", vec![1], Init::Const(0.0))),
-                    eta_w: (cfg.eta == EtaKind::Free).then(|| n("eta.w", vec![d, d], Init::Identity)),
+                    eta_w: (cfg.eta == EtaKind::Free).then(|| n("eta.w", vec![d, d], eta_init)),
                 })
             }
             Arch::Gpt | Arch::GptRec => {
@@ -217,6 +221,21 @@ impl WeightLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The free eta's init follows `eta_init`; the names and shapes do not
+    /// change, so a checkpoint does not say how it started.
+    #[test]
+    fn free_eta_starts_as_configured() {
+        let mut cfg = ModelConfig::new(Arch::NrgptFf2w, 65, 32, 4, 3, 16);
+        cfg.eta = EtaKind::Free;
+        let ident = WeightLayout::new(&cfg);
+        cfg.eta_init = EtaInit::Normal;
+        let normal = WeightLayout::new(&cfg);
+        let w = |l: &WeightLayout| l.specs[l.nrgpt().unwrap().eta_w.unwrap()].clone();
+        assert_eq!(w(&ident).init, Init::Identity);
+        assert_eq!(w(&normal).init, Init::Normal(0.02));
+        assert_eq!((w(&ident).name, w(&ident).shape), (w(&normal).name, w(&normal).shape));
+    }
 
     #[test]
     fn offsets_are_contiguous_and_indices_name_their_parameters() {

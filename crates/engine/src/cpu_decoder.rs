@@ -68,7 +68,9 @@ impl CpuDecoder {
         let (a, block, steps) = (self.n, cfg.block_size, self.levels - 1);
         assert!(a < block, "the window is full; the engine slides it before pushing");
         let eps = cfg.eps as f32;
-        let beta = 1.0 / (dh as f32).sqrt();
+        let beta = cfg.beta() as f32;
+        // keys B < A, or B <= A when the mask includes the diagonal
+        let keys = a + usize::from(cfg.attn_diag);
         // x_A(0) = token embedding + position embedding
         let (tok, pos) = (&p.w[p.lay.tok], &p.w[p.lay.pos]);
         let mut x: Vec<f32> = (0..d).map(|j| tok[token as usize * d + j] + pos[a * d + j]).collect();
@@ -83,13 +85,15 @@ impl CpuDecoder {
             let k = matvec(wk, &g, None);
             self.kcache[(t * block + a) * hd..(t * block + a + 1) * hd].copy_from_slice(&k);
             // attention: dE_AT/dg = -sum_h alpha_h Wq_h^T sum_{B<A} p_AB k_B ; E_AT = -sum_h alpha_h/beta lse_h
+            // with the diagonal, also - sum_h alpha_h p_AA Wk_h^T q_h: `own` = alpha_h p_AA q_h
             let mut ctx = vec![0f32; hd];
+            let mut own = vec![0f32; hd];
             let mut e_at = 0.0;
-            if a > 0 {
+            if keys > 0 {
                 for hh in 0..h {
                     let qh = &q[hh * dh..(hh + 1) * dh];
                     let kb = |b: usize| &self.kcache[(t * block + b) * hd + hh * dh..(t * block + b) * hd + (hh + 1) * dh];
-                    let s: Vec<f32> = (0..a).map(|b| beta * kb(b).iter().zip(qh).map(|(x, y)| x * y).sum::<f32>()).collect();
+                    let s: Vec<f32> = (0..keys).map(|b| beta * kb(b).iter().zip(qh).map(|(x, y)| x * y).sum::<f32>()).collect();
                     let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
                     let z: f32 = s.iter().map(|v| (v - m).exp()).sum();
                     e_at -= alpha[hh] / beta * (z.ln() + m);
@@ -98,10 +102,18 @@ impl CpuDecoder {
                         for (c, kv) in ctx[hh * dh..(hh + 1) * dh].iter_mut().zip(kb(b)) {
                             *c += alpha[hh] * pb * kv;
                         }
+                        if b == a {
+                            for (o, qv) in own[hh * dh..(hh + 1) * dh].iter_mut().zip(qh) {
+                                *o = alpha[hh] * pb * qv;
+                            }
+                        }
                     }
                 }
             }
-            let grad_at = matvec_t(wq, &ctx, d);
+            let mut grad_at = matvec_t(wq, &ctx, d);
+            if cfg.attn_diag {
+                grad_at.iter_mut().zip(matvec_t(wk, &own, d)).for_each(|(g, o)| *g += o);
+            }
             // feed-forward energy and its gradient
             let u = matvec(w1, &g, Some(b1));
             let (sig, dsig): (Vec<f32>, Vec<f32>) = u.iter().map(|&ui| act3(cfg.activation, ui)).map(|(s, ds, _)| (s, ds)).unzip();

@@ -155,7 +155,8 @@ fn io_layout(p: &DecodeParams, steps: usize) -> IoLayout {
         ("FF2W", b(p.block().w2.is_some())),
         ("FREE_ETA", b(p.block().eta_w.is_some())),
         ("EPS", format!("{:e}", c.eps as f32)),
-        ("BETA", format!("{:e}", 1.0 / (c.head_dim as f32).sqrt())),
+        ("BETA", format!("{:e}", c.beta() as f32)),
+        ("DIAG", b(c.attn_diag)),
     ] {
         consts.insert(k.to_string(), val);
     }

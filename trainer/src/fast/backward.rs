@@ -9,7 +9,7 @@
 
 use nrgpt_core::{Arch, EtaKind, ModelConfig};
 
-use super::forward::scale_heads;
+use super::forward::{scale_heads, self_term};
 use super::gemm::{mm, mm_ld, View};
 use super::math::{col_sum_into, ff2w_act_bwd, norm_bwd, softmax_vjp, stable_eta_bwd};
 use nrgpt_core::layout::WeightLayout;
@@ -24,6 +24,8 @@ pub enum Fault {
     NoSecondOrder,
     /// Leave out the softmax path dL/dP of the attention.
     NoSoftmaxPath,
+    /// With the diagonal in the mask, leave out the self term's path into q.
+    NoSelfQuery,
 }
 
 /// Whether the test's sabotage `f` is on; constant false without the
@@ -67,13 +69,13 @@ pub fn embed_bwd(lay: &WeightLayout, ids: &[u32], n: usize, d: usize, mask: Opti
 #[allow(clippy::too_many_arguments)]
 pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>, fault: Option<Fault>) {
     let Dims { nb, n, r, d, h, dh, hd, m, steps, .. } = ws.dims;
-    let beta = 1.0 / (dh as f32).sqrt();
+    let beta = cfg.beta() as f32;
     let ix = lay.nrgpt().expect("an NRGPT pass on a GPT layout");
     let (gamma, wq, wk, alpha, w1) = (&p[ix.gamma], &p[ix.wq], &p[ix.wk], &p[ix.alpha], &p[ix.w1]);
     let ff_scale = p[ix.ff_scale][0];
 
     readout_bwd(cfg, lay, p, ws);
-    let Workspace { tape, dx, dg, gd, fd, tmp_d, tmp_hd, dq, dk, ta, tb, nn, grads, .. } = ws;
+    let Workspace { tape, dx, dg, gd, fd, tmp_d, tmp_hd, dq, dk, dv, ta, tb, nn, grads, .. } = ws;
 
     for t in (0..steps).rev() {
         let st = &tape[t];
@@ -124,6 +126,13 @@ pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec
                 dal[hh] += acc;
             }
         }
+        if cfg.attn_diag {
+            // self term -(alpha p_AA q) Wk (dq is scratch until the head loop writes it):
+            // dWk += -(alpha p_AA q)^T G; e := d(alpha p_AA q) = -G Wk^T (into dv)
+            self_term(&st.q, &st.p, alpha, nb, n, dh, dq);
+            mm(&mut grads[ix.wk], View::rm(dq, r, hd).t(), gdv, true, -1.0);
+            mm(dv, gdv, View::rm(&pt[ix.wk], d, hd), false, -1.0);
+        }
         for b in 0..nb {
             for hh in 0..h {
                 let off = b * n * hd + hh * dh;
@@ -138,12 +147,29 @@ pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec
                     // dP = dC k^T
                     mm(nn, dcv, kv.t(), false, 1.0);
                 }
+                if cfg.attn_diag {
+                    // the self term alpha_h p_AA q_A: with eq = e_A . q_A over the head,
+                    // dP_AA += alpha_h eq, dalpha_h += p_AA eq
+                    for i in 0..n {
+                        let row = (b * n + i) * hd + hh * dh;
+                        let eq: f32 = (0..dh).map(|j| dv[row + j] * st.q[row + j]).sum();
+                        nn[i * n + i] += alpha[hh] * eq;
+                        grads[ix.alpha][hh] += pb[i * n + i] * eq;
+                    }
+                }
                 // dS = beta P * (dP - sum_j P dP), softmax VJP (zero where masked and in row 0)
                 softmax_vjp(pb, nn, n, beta);
                 // S = q k^T (beta folded above): dq = dS k, dk += dS^T q
                 let dsv = View::rm(nn, n, n);
                 mm_ld(&mut dq[off..], hd, dsv, kv, false, 1.0);
                 mm_ld(&mut dk[off..], hd, dsv.t(), qv, true, 1.0);
+                if cfg.attn_diag && !faulty(fault, Fault::NoSelfQuery) {
+                    // and dq_A += alpha_h p_AA e_A
+                    for i in 0..n {
+                        let (row, paa) = ((b * n + i) * hd + hh * dh, pb[i * n + i]);
+                        (0..dh).for_each(|j| dq[row + j] += alpha[hh] * paa * dv[row + j]);
+                    }
+                }
             }
         }
         let gv = View::rm(&st.g, r, d);

@@ -6,7 +6,7 @@
 use nrgpt_core::{Arch, EtaKind, ModelConfig};
 
 use super::gemm::{mm, mm_ld, View};
-use super::math::{cross_entropy_rows, ff1_act, ff2w_act, norm_fwd, softmax_strict};
+use super::math::{cross_entropy_rows, ff1_act, ff2w_act, norm_fwd, softmax_causal, softmax_strict};
 use nrgpt_core::layout::WeightLayout;
 use super::workspace::{Dims, Workspace};
 
@@ -17,6 +17,25 @@ pub fn scale_heads(c: &[f32], alpha: &[f32], dh: usize, out: &mut [f32]) {
         for (hh, a) in alpha.iter().enumerate() {
             for j in hh * dh..(hh + 1) * dh {
                 o[j] = a * ci[j];
+            }
+        }
+    }
+}
+
+/// The attention's self term with the diagonal in the mask:
+/// out[row, h*dh + j] = alpha_h p^h_AA q[row, h*dh + j] (A = the row's position),
+/// `p` the (nb, h, n, n) probabilities. dE_AT/dg gains -(this) Wk.
+pub fn self_term(q: &[f32], p: &[f32], alpha: &[f32], nb: usize, n: usize, dh: usize, out: &mut [f32]) {
+    let h = alpha.len();
+    let hd = h * dh;
+    for b in 0..nb {
+        for i in 0..n {
+            let row = (b * n + i) * hd;
+            for (hh, a) in alpha.iter().enumerate() {
+                let paa = p[(b * h + hh) * n * n + i * n + i];
+                for j in hh * dh..(hh + 1) * dh {
+                    out[row + j] = a * paa * q[row + j];
+                }
             }
         }
     }
@@ -56,8 +75,8 @@ pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<
     let Dims { nb, n, r, d, h, dh, hd, m, steps, .. } = ws.dims;
     let eps = cfg.eps as f32;
     let ix = lay.nrgpt().expect("an NRGPT pass on a GPT layout");
-    // beta = 1/sqrt(head_dim), the attention inverse temperature
-    let beta = 1.0 / (dh as f32).sqrt();
+    // the attention inverse temperature (1/sqrt(head_dim) unless the config fixes it)
+    let beta = cfg.beta() as f32;
     let Workspace { tape, x_out, tmp_d, tmp_hd, .. } = ws;
     let (gamma, wq, alpha, w1, b1) = (&p[ix.gamma], &p[ix.wq], &p[ix.alpha], &p[ix.w1], &p[ix.b1]);
     let ff_scale = p[ix.ff_scale][0];
@@ -79,9 +98,13 @@ pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<
                 let off = b * n * hd + hh * dh;
                 let pb = &mut st.p[(b * h + hh) * n * n..(b * h + hh + 1) * n * n];
                 let kv = View::strided(&st.k[off..], n, dh, hd);
-                // S = beta q k^T, P = softmax over keys B < A
+                // S = beta q k^T, P = softmax over keys B < A (B <= A with the diagonal)
                 mm(pb, View::strided(&st.q[off..], n, dh, hd), kv.t(), false, beta);
-                softmax_strict(pb, n);
+                if cfg.attn_diag {
+                    softmax_causal(pb, n);
+                } else {
+                    softmax_strict(pb, n);
+                }
                 // C_h = P_h k_h
                 mm_ld(&mut st.c[off..], hd, View::rm(pb, n, n), kv, false, 1.0);
             }
@@ -89,6 +112,11 @@ pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<
         // dE_AT/dg = - sum_h alpha_h Wq_h^T (P_h k_h) = -(alpha C) Wq
         scale_heads(&st.c, alpha, dh, tmp_hd);
         mm(&mut st.grad, View::rm(tmp_hd, r, hd), View::rm(wq, hd, d), false, -1.0);
+        if cfg.attn_diag {
+            // with the diagonal: dE_AT/dg -= sum_h alpha_h p_AA Wk_h^T q_h = (alpha p_AA q) Wk
+            self_term(&st.q, &st.p, alpha, nb, n, dh, tmp_hd);
+            mm(&mut st.grad, View::rm(tmp_hd, r, hd), View::rm(&p[ix.wk], hd, d), true, -1.0);
+        }
 
         match cfg.arch {
             Arch::NrgptFf2w => {

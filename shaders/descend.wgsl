@@ -32,6 +32,13 @@ fn main(@builtin(local_invocation_index) tid: u32) {
             continue;
         }
         norm_into(tid, IO_X, F_GAMMA, false);
+        if (NORM_BIAS) {
+            // the bare block norm: g = xh + bias
+            for (var j = tid; j < D; j += WG) {
+                g[j] += fvec[F_NBIAS + j];
+            }
+            workgroupBarrier();
+        }
         // q = Wq g; k = Wk g goes to the cache
         for (var i = tid; i < HD; i += WG) {
             var sq = 0.0;

@@ -6,17 +6,24 @@ mod common;
 use candle_core::{Device, Tensor};
 use common::{ids, random_model, rel_err, tiny_config, to_vec};
 use nrgpt_core::model::Weights;
-use nrgpt_core::{Arch, EtaKind, ForwardOpts, Model, ModelConfig, NormKind};
+use nrgpt_core::{Arch, BlockNorm, EtaKind, ForwardOpts, Model, ModelConfig, NormKind};
 
-/// A random NRGPT with eta = c * diag(gamma), c small, gamma random positive/negative.
+/// A random NRGPT with eta = c * diag(gamma), c small, gamma random positive/negative
+/// (with the bare block norm: gain 1, so eta = c I, and a random bias).
 fn stable_model(arch: Arch, norm: NormKind, c: f64, steps: usize) -> (Model, ModelConfig) {
+    stable_model_with(arch, norm, c, steps, |_| {})
+}
+
+fn stable_model_with(arch: Arch, norm: NormKind, c: f64, steps: usize, opts: impl Fn(&mut ModelConfig)) -> (Model, ModelConfig) {
     let mut cfg = tiny_config(arch);
     cfg.norm = norm;
     cfg.steps = steps;
     cfg.eta = EtaKind::Stable;
+    opts(&mut cfg);
     let (_, mut w): (Model, Weights) = random_model(&cfg, 11);
     w.insert("block.eta.log_c".into(), Tensor::new(&[c.ln()], &Device::Cpu).unwrap());
-    w.insert("block.norm.gamma".into(), common::randn(&[cfg.d_model], 1.0, &mut nrgpt_core::rng::Rng64::new(5)));
+    let affine = if cfg.block_norm == BlockNorm::Bare { "block.norm.bias" } else { "block.norm.gamma" };
+    w.insert(affine.into(), common::randn(&[cfg.d_model], 1.0, &mut nrgpt_core::rng::Rng64::new(5)));
     (Model::new(&cfg, &w).unwrap(), cfg)
 }
 
@@ -24,9 +31,24 @@ fn stable_model(arch: Arch, norm: NormKind, c: f64, steps: usize) -> (Model, Mod
 /// they were, never exceeds its energy before the step (Prop 2.1, discrete).
 #[test]
 fn own_step_never_raises_a_tokens_energy() {
+    own_step_descends(|_| {});
+}
+
+/// The same guarantee with the reference's options: beta 1 and the mask with
+/// the diagonal (the exact gradient keeps it: with the earlier tokens fixed,
+/// E_A is still a function of g_A alone), and the bare block norm (stable
+/// step c I, the fixed gain).
+#[test]
+fn own_step_descends_with_the_diagonal_and_the_bare_norm() {
+    own_step_descends(|c| (c.attn_beta, c.attn_diag) = (Some(1.0), true));
+    own_step_descends(|c| c.block_norm = BlockNorm::Bare);
+    own_step_descends(|c| (c.attn_beta, c.attn_diag, c.block_norm) = (Some(1.0), true, BlockNorm::Bare));
+}
+
+fn own_step_descends(opts: impl Fn(&mut ModelConfig) + Copy) {
     for arch in [Arch::NrgptFf2w, Arch::NrgptFf1] {
         for norm in [NormKind::LayerNorm, NormKind::RmsNorm] {
-            let (model, _) = stable_model(arch, norm, 0.01, 1);
+            let (model, _) = stable_model_with(arch, norm, 0.01, 1, opts);
             let block = model.nrgpt_block().unwrap();
             let seq = [1u32, 4, 2, 9, 4, 7, 0, 3];
             let mut x = model.embed(&ids(&seq)).unwrap();

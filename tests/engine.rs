@@ -12,7 +12,7 @@ use nrgpt_engine::{Backend, Decoder, DecoderOpts, Trace};
 use nrgpt_core::model::init_weights;
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::session::{Session, StepOpts};
-use nrgpt_core::{Activation, Arch, Checkpoint, EtaInit, EtaKind, ModelConfig, NormKind, Vocab};
+use nrgpt_core::{Activation, Arch, BlockNorm, Checkpoint, EtaInit, EtaKind, ModelConfig, NormKind, Vocab};
 
 fn variants() -> Vec<ModelConfig> {
     let mut out = Vec::new();
@@ -34,9 +34,9 @@ fn variants() -> Vec<ModelConfig> {
     let mut c = out[0].clone();
     (c.attn_beta, c.attn_diag, c.head_dim, c.eta, c.eta_init) = (Some(0.5), true, c.d_model, EtaKind::Free, EtaInit::Normal);
     out.push(c);
-    // the diagonal alone, on the other feed-forward energy and norm
+    // the diagonal and the bare block norm (gain 1, bias), on the other feed-forward energy and norm
     let mut c = out[2].clone();
-    c.attn_diag = true;
+    (c.attn_diag, c.block_norm) = (true, BlockNorm::Bare);
     out.push(c);
     out
 }
@@ -51,6 +51,7 @@ fn random_checkpoint(cfg: &ModelConfig, seed: u64) -> Vec<u8> {
             n if n.ends_with("wq") || n.ends_with("wk") => 0.3,
             n if n.contains("ff.w") => 0.15,
             "block.eta.log_c" => continue,
+            "block.norm.bias" => 0.5,
             _ => continue,
         };
         *t = randn(t.dims(), std, &mut rng).to_dtype(DType::F32).unwrap();
@@ -125,7 +126,7 @@ fn gpu_engine(bytes: &[u8]) -> Decoder {
 fn wgsl_matches_cpu_reference_for_every_variant() {
     for (i, cfg) in variants().iter().enumerate() {
         let bytes = random_checkpoint(cfg, 200 + i as u64);
-        check_gpu_against_reference(&format!("{:?}/{:?}/diag {}", cfg.arch, cfg.eta, cfg.attn_diag), &bytes, cfg.vocab_size);
+        check_gpu_against_reference(&format!("{:?}/{:?}/diag {}/{:?}", cfg.arch, cfg.eta, cfg.attn_diag, cfg.block_norm), &bytes, cfg.vocab_size);
     }
 }
 

@@ -11,7 +11,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use nrgpt_core::format::Scheme;
 use nrgpt_core::model::num_params;
 use nrgpt_core::sample::{generate, SampleOpts};
-use nrgpt_core::{Activation, Arch, Checkpoint, EtaInit, EtaKind, ModelConfig, NormKind, Vocab};
+use nrgpt_core::{Activation, Arch, BlockNorm, Checkpoint, EtaInit, EtaKind, ModelConfig, NormKind, Vocab};
 use serde::Serialize;
 use nrgpt_core::bounds::{MAX_BLOCK, MAX_D_MODEL, MAX_FF_MULT, MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS, MAX_STEPS};
 use trainer::cli_values::{non_negative_f32, count, dropout, non_negative, positive, temperature, top_p, MAX_SAMPLE_LEN};
@@ -148,8 +148,11 @@ struct TrainArgs {
     /// NRGPT: the attention mask, strict (B < A, ours) | diagonal (B <= A, the reference's; exact self term).
     #[arg(long, value_parser = ["strict", "diagonal"])]
     attn_mask: Option<String>,
+    /// NRGPT: the block norm learns a gain (ours) | is bare: gain fixed at 1, learnable bias (the reference's).
+    #[arg(long, value_parser = parse_block_norm)]
+    block_norm: Option<BlockNorm>,
     /// reference: the reference's model choices together (beta 1, mask with the diagonal,
-    /// free eta from N(0, 0.02), full-rank J: head_dim = d_model); a flag given beside it wins.
+    /// free eta from N(0, 0.02), bare block norm, full-rank J: head_dim = d_model); a flag given beside it wins.
     #[arg(long, value_parser = ["reference"])]
     preset: Option<String>,
     #[arg(long, default_value_t = 250, value_parser = count(1, 1 << 40))]
@@ -302,6 +305,14 @@ fn parse_eta(s: &str) -> Result<EtaKind, String> {
     }
 }
 
+fn parse_block_norm(s: &str) -> Result<BlockNorm, String> {
+    match s {
+        "gain" => Ok(BlockNorm::Gain),
+        "bare" => Ok(BlockNorm::Bare),
+        _ => Err(format!("`{s}`: expected gain or bare")),
+    }
+}
+
 fn parse_eta_init(s: &str) -> Result<EtaInit, String> {
     match s {
         "identity" => Ok(EtaInit::Identity),
@@ -332,6 +343,7 @@ fn model_config(a: &TrainArgs, vocab_len: usize, given: &[String]) -> (ModelConf
     cfg.eta_init = if pick("eta_init", a.eta_init.is_some()) { EtaInit::Normal } else { a.eta_init.unwrap_or_default() };
     cfg.attn_beta = if pick("attn_beta", a.attn_beta.is_some()) { Some(1.0) } else { a.attn_beta };
     cfg.attn_diag = if pick("attn_mask", a.attn_mask.is_some()) { true } else { a.attn_mask.as_deref() == Some("diagonal") };
+    cfg.block_norm = if pick("block_norm", a.block_norm.is_some()) { BlockNorm::Bare } else { a.block_norm.unwrap_or_default() };
     cfg.activation = a.activation;
     cfg.layers = a.layers;
     cfg.ebt_noise = a.ebt_noise;

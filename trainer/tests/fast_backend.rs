@@ -6,7 +6,7 @@
 use candle_core::{DType, Device, Tensor, Var};
 use nrgpt_core::model::{cross_entropy, init_weights, Dropout, Weights};
 use nrgpt_core::rng::Rng64;
-use nrgpt_core::{Activation, Arch, EtaInit, EtaKind, ForwardOpts, Model, ModelConfig, NormKind};
+use nrgpt_core::{Activation, Arch, BlockNorm, EtaInit, EtaKind, ForwardOpts, Model, ModelConfig, NormKind};
 use trainer::fast::{mask_count, Fault, FastModel};
 
 /// Relative tolerance on the loss and on each gradient (l2 norm of the error
@@ -151,8 +151,9 @@ fn rmsnorm_free_eta_and_dropout() {
 }
 
 /// The reference's attention options: a fixed beta, the mask with the
-/// diagonal (exact self term), a free eta started at N(0, 0.02), a
-/// full-rank J (head_dim = D); each alone and all together.
+/// diagonal (exact self term), a free eta started at N(0, 0.02), the bare
+/// block norm (gain 1, learnable bias), a full-rank J (head_dim = D); each
+/// alone and all together.
 #[test]
 fn reference_options() {
     let base = config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable);
@@ -164,8 +165,11 @@ fn reference_options() {
     check(&with(&|c| c.attn_beta = Some(1.0)), 0.0);
     check(&with(&|c| c.attn_diag = true), 0.0);
     check(&with(&|c| (c.eta, c.eta_init) = (EtaKind::Free, EtaInit::Normal)), 0.0);
+    check(&with(&|c| c.block_norm = BlockNorm::Bare), 0.0);
+    check(&with(&|c| (c.block_norm, c.norm) = (BlockNorm::Bare, NormKind::RmsNorm)), 0.0);
     let all = |c: &mut ModelConfig| {
-        (c.attn_beta, c.attn_diag, c.eta, c.eta_init, c.head_dim) = (Some(1.0), true, EtaKind::Free, EtaInit::Normal, c.d_model)
+        (c.attn_beta, c.attn_diag, c.eta, c.eta_init, c.head_dim, c.block_norm) =
+            (Some(1.0), true, EtaKind::Free, EtaInit::Normal, c.d_model, BlockNorm::Bare)
     };
     check(&with(&all), 0.0);
     check(

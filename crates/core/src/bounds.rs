@@ -6,7 +6,7 @@
 //! checks (the layout's products, the decoders' slicing) relies on them.
 
 use crate::layout::{Body, WeightLayout};
-use crate::{Arch, EtaInit, EtaKind, Error, ModelConfig, Result};
+use crate::{Arch, BlockNorm, EtaInit, EtaKind, Error, ModelConfig, Result};
 
 /// Largest vocabulary (a character model; ids are u32).
 pub const MAX_VOCAB: usize = 1 << 16;
@@ -89,6 +89,9 @@ fn check_nrgpt_options(cfg: &ModelConfig) -> Result<()> {
     if !nrgpt && cfg.attn_diag {
         return Err(field_err("attn_diag", cfg.arch.name(), "must be false: only NRGPT's attention energy has it".into()));
     }
+    if !nrgpt && cfg.block_norm != BlockNorm::Gain {
+        return Err(field_err("block_norm", cfg.block_norm.name(), "must be gain: only NRGPT has a block norm to make bare".into()));
+    }
     if cfg.eta_init != EtaInit::Identity && !(nrgpt && cfg.eta == EtaKind::Free) {
         return Err(field_err("eta_init", cfg.eta_init.name(), "must be identity unless the model is an NRGPT with a free eta".into()));
     }
@@ -111,6 +114,7 @@ pub fn checked_params(cfg: &ModelConfig) -> Option<u64> {
         Arch::NrgptFf2w | Arch::NrgptFf1 => {
             let ff2 = if cfg.arch == Arch::NrgptFf2w { sum(&[mul(d, m)?, d])? } else { 0 };
             let eta = if cfg.eta == EtaKind::Stable { 1 } else { mul(d, d)? };
+            // the block norm: a gain or a bias, d either way
             sum(&[d, mul(2, mul(hd, d)?)?, n(cfg.n_head), mul(m, d)?, m, ff2, 1, eta])?
         }
         Arch::Gpt => mul(n(cfg.steps), gpt_layer()?)?,
@@ -177,8 +181,11 @@ mod tests {
     #[test]
     fn checked_count_equals_the_layout_for_every_arch() {
         for arch in [Arch::NrgptFf2w, Arch::NrgptFf1, Arch::Gpt, Arch::GptRec, Arch::Ebt] {
-            for eta in [EtaKind::Stable, EtaKind::Free] {
+            for (eta, bare) in [(EtaKind::Stable, false), (EtaKind::Free, false), (EtaKind::Stable, arch.is_nrgpt())] {
                 let mut cfg = ModelConfig::new(arch, 65, 48, 3, 3, 20);
+                if bare {
+                    cfg.block_norm = crate::BlockNorm::Bare;
+                }
                 cfg.head_dim = 7;
                 cfg.ff_mult = 2;
                 cfg.layers = 2;
@@ -210,6 +217,7 @@ mod tests {
             ("attn_diag", Box::new(|c| (c.arch, c.attn_diag) = (Arch::Ebt, true))),
             // a stable step has no matrix to initialise
             ("eta_init", Box::new(|c| c.eta_init = EtaInit::Normal)),
+            ("block_norm", Box::new(|c| (c.arch, c.block_norm) = (Arch::GptRec, BlockNorm::Bare))),
             // each field in range, the product over the cap
             ("parameters", Box::new(|c| (c.d_model, c.ff_mult, c.head_dim, c.n_head) = (8192, 64, 8192, 1024))),
         ];

@@ -79,6 +79,27 @@ impl EtaKind {
     }
 }
 
+/// What the NRGPT block norm learns (the output norm always has a gain).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BlockNorm {
+    /// A learnable gain gamma, no bias (ours): the stable step is c diag(gamma).
+    #[default]
+    Gain,
+    /// A fixed gain of 1 and a learnable bias (the reference's `BareLayerNorm`):
+    /// the stable step is then c I, still a descent (J_N = M, symmetric PSD).
+    Bare,
+}
+
+impl BlockNorm {
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockNorm::Gain => "gain",
+            BlockNorm::Bare => "bare",
+        }
+    }
+}
+
 /// How a free step-size matrix starts (the stable step has no matrix).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -161,6 +182,9 @@ pub struct ModelConfig {
     /// How a free eta matrix starts.
     #[serde(default, skip_serializing_if = "is_default")]
     pub eta_init: EtaInit,
+    /// What the NRGPT block norm learns.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub block_norm: BlockNorm,
 }
 
 impl ModelConfig {
@@ -184,6 +208,7 @@ impl ModelConfig {
             attn_beta: None,
             attn_diag: false,
             eta_init: EtaInit::Identity,
+            block_norm: BlockNorm::Gain,
         }
     }
 

@@ -4,7 +4,7 @@
 //! packer and the fast trainer all index weights through [`WeightLayout`];
 //! no other module spells a weight's name.
 
-use crate::{Arch, EtaInit, EtaKind, ModelConfig};
+use crate::{Arch, BlockNorm, EtaInit, EtaKind, ModelConfig};
 
 /// How a parameter starts.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,7 +40,10 @@ impl ParamSpec {
 /// Indices of the shared NRGPT block's parameters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NrgptIdx {
-    pub gamma: usize,
+    /// The block norm's learnable gain (`BlockNorm::Gain`), or its
+    /// learnable bias with the gain fixed at 1 (`BlockNorm::Bare`).
+    pub gamma: Option<usize>,
+    pub norm_bias: Option<usize>,
     pub wq: usize,
     pub wk: usize,
     pub alpha: usize,
@@ -165,7 +168,8 @@ impl WeightLayout {
                 };
                 let mut n = |s: &str, shape: Vec<usize>, init| b.add(format!("block.{s}"), shape, init);
                 Body::Nrgpt(NrgptIdx {
-                    gamma: n("norm.gamma", vec![d], Init::Const(1.0)),
+                    gamma: (cfg.block_norm == BlockNorm::Gain).then(|| n("norm.gamma", vec![d], Init::Const(1.0))),
+                    norm_bias: (cfg.block_norm == BlockNorm::Bare).then(|| n("norm.bias", vec![d], Init::Const(0.0))),
                     wq: n("attn.wq", vec![hd, d], Init::Normal(std)),
                     wk: n("attn.wk", vec![hd, d], Init::Normal(std)),
                     alpha: n("attn.alpha", vec![cfg.n_head], Init::Const(1.0)),
@@ -221,6 +225,20 @@ impl WeightLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bare block norm swaps the gain for a bias of the same size.
+    #[test]
+    fn bare_block_norm_has_a_bias_and_no_gain() {
+        let mut cfg = ModelConfig::new(Arch::NrgptFf2w, 65, 32, 4, 3, 16);
+        let gain = WeightLayout::new(&cfg);
+        cfg.block_norm = BlockNorm::Bare;
+        let bare = WeightLayout::new(&cfg);
+        let (g, b) = (gain.nrgpt().unwrap(), bare.nrgpt().unwrap());
+        assert!(g.gamma.is_some() && g.norm_bias.is_none() && b.gamma.is_none());
+        let bias = &bare.specs[b.norm_bias.unwrap()];
+        assert_eq!((bias.name.as_str(), &bias.shape, bias.init), ("block.norm.bias", &vec![32], Init::Const(0.0)));
+        assert_eq!(gain.num_params(), bare.num_params());
+    }
 
     /// The free eta's init follows `eta_init`; the names and shapes do not
     /// change, so a checkpoint does not say how it started.

@@ -147,7 +147,12 @@ impl Model {
                 ModelBody::Nrgpt(NrgptBlock {
                     norm: cfg.norm,
                     eps: cfg.eps,
-                    gamma: get(ix.gamma),
+                    // the bare norm's gain is the constant 1, not a parameter
+                    gamma: match ix.gamma {
+                        Some(i) => get(i),
+                        None => Tensor::ones(cfg.d_model, get(lay.tok).dtype(), get(lay.tok).device())?,
+                    },
+                    norm_bias: ix.norm_bias.map(get),
                     attn: AttnEnergy {
                         wq: get(ix.wq),
                         wk: get(ix.wk),

@@ -19,7 +19,11 @@ pub enum Eta {
 pub struct NrgptBlock {
     pub norm: NormKind,
     pub eps: f64,
+    /// The block norm's gain: learned, or a constant 1 for the bare norm
+    /// (then also the stable step's `diag(gamma)` = I).
     pub gamma: Tensor,
+    /// The bare norm's learnable bias: `g = xh + bias`.
+    pub norm_bias: Option<Tensor>,
     pub attn: AttnEnergy,
     pub ff: FfEnergy,
     /// Weight of the feed-forward energy (the reference's `scale_ff`).
@@ -59,7 +63,12 @@ impl NrgptBlock {
     }
 
     pub fn normed(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(norm(self.norm, x, &self.gamma, self.eps)?.g)
+        let g = norm(self.norm, x, &self.gamma, self.eps)?.g;
+        match &self.norm_bias {
+            // g = gamma * xh + bias (the bias leaves J_N, hence the descent, unchanged)
+            Some(b) => g.broadcast_add(b),
+            None => Ok(g),
+        }
     }
 
     /// x(t+1) = x(t) - eta * dE/dg(t); `dropout` (if any) masks the update.

@@ -75,12 +75,14 @@ impl CpuDecoder {
         let (tok, pos) = (&p.w[p.lay.tok], &p.w[p.lay.pos]);
         let mut x: Vec<f32> = (0..d).map(|j| tok[token as usize * d + j] + pos[a * d + j]).collect();
         let ix = p.block();
-        let (gamma, wq, wk, alpha) = (&p.w[ix.gamma], &p.w[ix.wq], &p.w[ix.wk], &p.w[ix.alpha]);
+        let (gamma, wq, wk, alpha) = (&p.gain, &p.w[ix.wq], &p.w[ix.wk], &p.w[ix.alpha]);
         let (w1, b1) = (&p.w[ix.w1], &p.w[ix.b1]);
         let ff_scale = p.w[ix.ff_scale][0];
         let mut tr = Trace::default();
         for t in 0..=steps {
-            let g = norm(&x, gamma, cfg.norm, eps);
+            // g = gain * xh + bias (the bias is the bare norm's, else zero)
+            let mut g = norm(&x, gamma, cfg.norm, eps);
+            g.iter_mut().zip(&p.norm_bias).for_each(|(gi, b)| *gi += b);
             let q = matvec(wq, &g, None);
             let k = matvec(wk, &g, None);
             self.kcache[(t * block + a) * hd..(t * block + a + 1) * hd].copy_from_slice(&k);

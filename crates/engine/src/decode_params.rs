@@ -13,6 +13,10 @@ pub struct DecodeParams {
     pub lay: WeightLayout,
     pub w: Vec<Vec<f32>>,
     pub dirs: [Vec<f32>; 2],
+    /// The block norm's gain (the learned gamma, or ones for the bare norm)
+    /// and bias (the bare norm's, or zeros): `g = gain * xh + bias`.
+    pub gain: Vec<f32>,
+    pub norm_bias: Vec<f32>,
 }
 
 impl DecodeParams {
@@ -27,7 +31,11 @@ impl DecodeParams {
         let w: Vec<Vec<f32>> = (0..file.tensors.len()).map(|i| file.values(i)).collect();
         let lay = file.layout.clone();
         let dirs = top2_directions(&w[lay.head_w], cfg.vocab_size, cfg.d_model);
-        Ok(Self { cfg, lay, w, dirs })
+        let ix = lay.nrgpt().expect("an NRGPT config has an NRGPT layout");
+        let d = cfg.d_model;
+        let gain = ix.gamma.map_or_else(|| vec![1.0; d], |i| w[i].clone());
+        let norm_bias = ix.norm_bias.map_or_else(|| vec![0.0; d], |i| w[i].clone());
+        Ok(Self { cfg, lay, w, dirs, gain, norm_bias })
     }
 
     /// The shared block's indices (`from_packed` admits NRGPT layouts only).

@@ -85,11 +85,12 @@ fn kernel_matrices(p: &DecodeParams) -> [(&'static str, Option<usize>); 8] {
 }
 
 /// The kernel's name for each vector it reads (empty: this model has none).
-fn kernel_vectors(p: &DecodeParams) -> [(&'static str, &[f32]); 10] {
+fn kernel_vectors(p: &DecodeParams) -> [(&'static str, &[f32]); 11] {
     let (lay, ix, w) = (&p.lay, p.block(), &p.w);
     let opt = |i: Option<usize>| i.map_or(&[][..], |i| &w[i][..]);
     [
-        ("F_GAMMA", &w[ix.gamma]),
+        ("F_GAMMA", &p.gain),
+        ("F_NBIAS", &p.norm_bias),
         ("F_ALPHA", &w[ix.alpha]),
         ("F_B1", &w[ix.b1]),
         ("F_B2", opt(ix.b2)),
@@ -157,6 +158,7 @@ fn io_layout(p: &DecodeParams, steps: usize) -> IoLayout {
         ("EPS", format!("{:e}", c.eps as f32)),
         ("BETA", format!("{:e}", c.beta() as f32)),
         ("DIAG", b(c.attn_diag)),
+        ("NORM_BIAS", b(p.block().norm_bias.is_some())),
     ] {
         consts.insert(k.to_string(), val);
     }

@@ -71,11 +71,13 @@ pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec
     let Dims { nb, n, r, d, h, dh, hd, m, steps, .. } = ws.dims;
     let beta = cfg.beta() as f32;
     let ix = lay.nrgpt().expect("an NRGPT pass on a GPT layout");
-    let (gamma, wq, wk, alpha, w1) = (&p[ix.gamma], &p[ix.wq], &p[ix.wk], &p[ix.alpha], &p[ix.w1]);
+    let (wq, wk, alpha, w1) = (&p[ix.wq], &p[ix.wk], &p[ix.alpha], &p[ix.w1]);
     let ff_scale = p[ix.ff_scale][0];
 
     readout_bwd(cfg, lay, p, ws);
-    let Workspace { tape, dx, dg, gd, fd, tmp_d, tmp_hd, dq, dk, dv, ta, tb, nn, grads, .. } = ws;
+    let Workspace { tape, dx, dg, gd, fd, tmp_d, tmp_hd, dq, dk, dv, ta, tb, nn, grads, ones, gain_sink, .. } = ws;
+    // the block norm's gain: learned, or fixed at 1 (the bare norm, whose d(gain) is discarded)
+    let gamma: &[f32] = ix.gamma.map_or(&ones[..], |i| &p[i]);
 
     for t in (0..steps).rev() {
         let st = &tape[t];
@@ -90,7 +92,11 @@ pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec
             EtaKind::Stable => {
                 // update = c gamma dE/dg: G = c gamma dU, dgamma += c dU dE/dg, dlog_c = sum dU * update
                 let c = (p[ix.log_c.unwrap()][0] as f64).exp() as f32;
-                let dlogc = stable_eta_bwd(c, gamma, tmp_d, &st.grad, d, gd, &mut grads[ix.gamma]);
+                let dgain = match ix.gamma {
+                    Some(i) => &mut grads[i][..],
+                    None => &mut gain_sink[..],
+                };
+                let dlogc = stable_eta_bwd(c, gamma, tmp_d, &st.grad, d, gd, dgain);
                 grads[ix.log_c.unwrap()][0] += dlogc as f32;
             }
             EtaKind::Free => {
@@ -221,7 +227,15 @@ pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec
             _ => unreachable!("fast backend runs NRGPT only"),
         }
         // g = N(x): dx(t) = D + J_N^T dg, dgamma += dg * xh
-        norm_bwd(cfg.norm, dg, &st.xh, &st.rstd, gamma, d, dx, &mut grads[ix.gamma]);
+        if let Some(bi) = ix.norm_bias {
+            // the bare norm, g = xh + bias: dbias += sum over rows of dL/dg
+            col_sum_into(dg, d, &mut grads[bi], 1.0);
+        }
+        let dgain = match ix.gamma {
+            Some(i) => &mut grads[i][..],
+            None => &mut gain_sink[..],
+        };
+        norm_bwd(cfg.norm, dg, &st.xh, &st.rstd, gamma, d, dx, dgain);
     }
 
     embed_bwd(lay, ids, n, d, masks.map(|mk| mk[0]), dx, grads);

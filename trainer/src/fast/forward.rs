@@ -77,8 +77,10 @@ pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<
     let ix = lay.nrgpt().expect("an NRGPT pass on a GPT layout");
     // the attention inverse temperature (1/sqrt(head_dim) unless the config fixes it)
     let beta = cfg.beta() as f32;
-    let Workspace { tape, x_out, tmp_d, tmp_hd, .. } = ws;
-    let (gamma, wq, alpha, w1, b1) = (&p[ix.gamma], &p[ix.wq], &p[ix.alpha], &p[ix.w1], &p[ix.b1]);
+    let Workspace { tape, x_out, tmp_d, tmp_hd, ones, .. } = ws;
+    // the block norm's gain: learned, or fixed at 1 (the bare norm)
+    let gamma: &[f32] = ix.gamma.map_or(&ones[..], |i| &p[i]);
+    let (wq, alpha, w1, b1) = (&p[ix.wq], &p[ix.alpha], &p[ix.w1], &p[ix.b1]);
     let ff_scale = p[ix.ff_scale][0];
 
     embed(lay, p, ids, n, d, masks.map(|mk| mk[0]), &mut tape[0].x);
@@ -89,6 +91,12 @@ pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<
         let x_next: &mut Vec<f32> = if t + 1 < steps { &mut tail[0].x } else { &mut *x_out };
         // g = N(x)
         norm_fwd(cfg.norm, &st.x, gamma, eps, d, &mut st.xh, &mut st.rstd, &mut st.g);
+        if let Some(bi) = ix.norm_bias {
+            // the bare norm: g = xh + bias
+            for row in st.g.chunks_exact_mut(d) {
+                row.iter_mut().zip(&p[bi]).for_each(|(g, b)| *g += b);
+            }
+        }
         let gv = View::rm(&st.g, r, d);
         // q = g Wq^T, k = g Wk^T
         mm(&mut st.q, gv, View::rm(&pt[ix.wq], d, hd), false, 1.0);

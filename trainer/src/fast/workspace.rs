@@ -134,6 +134,10 @@ pub struct Workspace {
     pub ta: Vec<f32>,
     pub tb: Vec<f32>,
     pub nn: Vec<f32>,
+    /// The bare block norm's fixed gain (ones, width d), and where the
+    /// backward's d(gain) goes when the gain is no parameter (discarded).
+    pub ones: Vec<f32>,
+    pub gain_sink: Vec<f32>,
     /// This chunk's parameter gradients (summed over its rows, already / total tokens).
     pub grads: Vec<Vec<f32>>,
     /// Sum over the chunk's tokens of -log p(target).
@@ -184,6 +188,8 @@ impl Workspace {
             ta: z(r * m),
             tb: z(r * m),
             nn: z(dm.n * dm.n),
+            ones: vec![1.0; d],
+            gain_sink: z(d),
             grads,
             loss_sum: 0.0,
         }

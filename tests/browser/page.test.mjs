@@ -173,6 +173,10 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       assert.equal(await page.isVisible('.model-details'), true);
       assert.doesNotMatch(await page.textContent('.model-summary'), /nats|feed-forward/);
       await page.screenshot({ path: path.join(OUT, `${mode}-how-it-works.png`) });
+      await page.setViewportSize({ width: 390, height: 844 });
+      await page.$eval('#how', (e) => e.scrollIntoView({ block: 'start' }));
+      await page.screenshot({ path: path.join(OUT, `${mode}-how-it-works-phone.png`) });
+      await page.setViewportSize({ width: 1366, height: 860 });
       await page.click('#how summary');
     });
 
@@ -295,6 +299,7 @@ for (const [mode, cfg] of Object.entries(MODES)) {
         await page.waitForFunction(() => /^Loaded default/.test(document.querySelector('#status')?.textContent ?? ''), null, { timeout: 90_000 });
         await page.waitForSelector('#app[data-state="ready"]');
         assert.equal(await page.textContent('#backend-name'), 'CPU engine (wasm)');
+        assert.equal(await charCount(page), LEN, 'the text stays when only the engine changes');
       });
     }
 
@@ -365,6 +370,10 @@ for (const [mode, cfg] of Object.entries(MODES)) {
         await page.click('#generate');
         await page.waitForFunction(() => { const s = document.querySelector('#output .settling'); return s?.dataset.i === '3' && s.dataset.step === '2'; }, null, { timeout: 60_000 });
         await page.screenshot({ path: path.join(OUT, `${mode}-watch-laptop.png`) });
+        await page.setViewportSize({ width: 390, height: 844 });
+        await page.$eval('#output', (e) => e.scrollIntoView({ block: 'start' }));
+        await page.screenshot({ path: path.join(OUT, `${mode}-watch-phone.png`) });
+        await page.setViewportSize({ width: 1366, height: 860 });
         await page.waitForSelector('#app[data-state="ready"]', { timeout: 60_000 });
         assert.equal(await charCount(page), n);
         const seen = await page.evaluate(() => window.__settle);

@@ -11,10 +11,12 @@ use leptos::prelude::*;
 
 use super::chart::{show_char, CandidateTable, EnergyChart, TrajectoryChart};
 use super::client::Client;
+use super::explain::how_it_works;
 use super::ebt_chart::CandidateCurves;
 use super::gpu_probe::{probe, GpuProbe};
 use super::manifest::{self, ModelEntry};
-use super::protocol::{FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
+use super::protocol::{EngineChoice, FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
+use super::watch::{settling_char, Pace, Watch};
 
 thread_local! {
     static CLIENT: RefCell<Option<Client>> = const { RefCell::new(None) };
@@ -44,6 +46,14 @@ const EBT_MAX_STEPS: usize = 32;
 /// Best-of-N choices the page offers.
 const EBT_CANDIDATES: [usize; 3] = [1, 4, 16];
 
+/// Which engine the reader asked for; `Auto` picks what is fast here.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum EnginePref {
+    Auto,
+    WebGpu,
+    Cpu,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum ColorMode {
     Plain,
@@ -59,6 +69,11 @@ struct Ui {
     info: RwSignal<Option<ModelInfo>>,
     loading: RwSignal<bool>,
     progress: RwSignal<(f64, f64)>,
+    /// What the loading does after the download (parse, engine start-up).
+    phase: RwSignal<Option<String>>,
+    /// Prompt characters read of those the window holds, while a run reads its prompt.
+    reading: RwSignal<Option<(usize, usize, usize)>>,
+    engine_pref: RwSignal<EnginePref>,
     running: RwSignal<bool>,
     error: RwSignal<Option<String>>,
     status: RwSignal<String>,
@@ -89,19 +104,24 @@ struct Ui {
     step: RwSignal<usize>,
     color: RwSignal<ColorMode>,
     gpu: RwSignal<GpuProbe>,
+    watch: Watch,
 }
 
 impl Ui {
     fn new() -> Self {
+        let (tokens, status) = (RwSignal::new(Vec::new()), RwSignal::new("Starting the inference worker…".into()));
         Self {
             models: RwSignal::new(Vec::new()),
             model_idx: RwSignal::new(0),
             info: RwSignal::new(None),
             loading: RwSignal::new(true),
             progress: RwSignal::new((0.0, 0.0)),
+            phase: RwSignal::new(None),
+            reading: RwSignal::new(None),
+            engine_pref: RwSignal::new(EnginePref::Auto),
             running: RwSignal::new(false),
             error: RwSignal::new(None),
-            status: RwSignal::new("Starting the inference worker…".into()),
+            status,
             cps: RwSignal::new(0.0),
             prompt: RwSignal::new("ROMEO:\n".into()),
             len: RwSignal::new("300".into()),
@@ -114,7 +134,7 @@ impl Ui {
             run: RwSignal::new(0),
             run_prompt: RwSignal::new(String::new()),
             t_start: RwSignal::new(0.0),
-            tokens: RwSignal::new(Vec::new()),
+            tokens,
             live: RwSignal::new(None),
             e_range: RwSignal::new((f32::INFINITY, f32::NEG_INFINITY)),
             selected: RwSignal::new(None),
@@ -123,6 +143,7 @@ impl Ui {
             step: RwSignal::new(0),
             color: RwSignal::new(ColorMode::Plain),
             gpu: RwSignal::new(GpuProbe::Checking),
+            watch: Watch::new(tokens, status),
         }
     }
 
@@ -137,10 +158,24 @@ impl Ui {
 
     fn on_reply(self, msg: FromWorker) {
         match msg {
+            // the model's own load status says more while it loads
+            FromWorker::Ready if self.loading.get_untracked() => {}
             FromWorker::Ready => self.status.set("Worker ready.".into()),
             FromWorker::Progress { loaded, total } => self.progress.set((loaded, total)),
+            FromWorker::Loading { phase } => self.phase.set(Some(phase)),
+            FromWorker::Reading { run, read, total, skipped } if run == self.run.get_untracked() => {
+                self.reading.set((read < total).then_some((read, total, skipped)));
+            }
+            FromWorker::Reading { .. } => {}
+            FromWorker::Backend { backend, note } => self.info.update(|i| {
+                if let Some(i) = i {
+                    i.backend = backend;
+                    i.backend_note = note;
+                }
+            }),
             FromWorker::Loaded(info) => {
                 self.loading.set(false);
+                self.phase.set(None);
                 self.steps.set(info.steps.to_string());
                 let steps = if info.arch == EBT_ARCH { format!("S = {} thinking steps", info.steps) } else { format!("T = {}", info.steps) };
                 self.status.set(format!(
@@ -166,9 +201,10 @@ impl Ui {
             FromWorker::Token(_) => {} // from a run that was replaced
             FromWorker::Done { run, chars, ms, stopped } if run == self.run.get_untracked() => {
                 self.flush(true);
+                self.reading.set(None);
                 self.running.set(false);
                 let secs = (now_ms() - self.t_start.get_untracked()) / 1000.0;
-                self.status.set(format!(
+                self.watch.done(format!(
                     "{} {chars} characters in {secs:.1} s ({:.1} chars/s; worker {:.1} s).",
                     if stopped { "Stopped after" } else { "Generated" },
                     chars as f64 / secs.max(1e-9),
@@ -182,6 +218,7 @@ impl Ui {
                 }
                 if run == 0 || run == self.run.get_untracked() {
                     self.running.set(false);
+                    self.reading.set(None);
                     self.error.set(Some(message));
                 }
             }
@@ -203,16 +240,18 @@ impl Ui {
                 *hi = hi.max(e);
             }
         });
-        self.tokens.update(|v| v.extend(new));
+        let n = self.tokens.with_untracked(|v| v.len()) + new.len();
+        let newest = new.last().cloned();
+        self.watch.enqueue(new);
         let now = now_ms();
-        let n = self.tokens.with_untracked(|v| v.len());
         let secs = (now - self.t_start.get_untracked()) / 1000.0;
         if secs > 0.0 {
             self.cps.set(n as f64 / secs);
         }
-        if last || now - LAST_LIVE.with(|l| l.get()) >= 120.0 {
+        // a chart redrawn more often than this only flickers
+        if last || now - LAST_LIVE.with(|l| l.get()) >= 400.0 {
             LAST_LIVE.with(|l| l.set(now));
-            let newest = self.tokens.with_untracked(|v| v.last().cloned());
+            let newest = newest.or_else(|| self.tokens.with_untracked(|v| v.last().cloned()));
             if self.selected.get_untracked().is_none() {
                 if let Some(t) = &newest {
                     self.step.set(t.steps_used);
@@ -222,23 +261,54 @@ impl Ui {
         }
     }
 
-    fn load_model(self, idx: usize) {
+    /// Loads model `idx`; `keep_text` when only the engine changes, so the
+    /// text and its traces (the same weights' descent) stay to be inspected.
+    fn load_model(self, idx: usize, keep_text: bool) {
         let Some(entry) = self.models.with_untracked(|m| m.get(idx).cloned()) else { return };
         self.model_idx.set(idx);
-        // The old text's traces belong to the old model (and its inspector).
         stop_replay();
         PENDING.with(|p| p.borrow_mut().clear());
-        self.tokens.set(Vec::new());
-        self.live.set(None);
-        self.selected.set(None);
-        self.run_prompt.set(String::new());
+        self.watch.finish();
+        if !keep_text {
+            // The old text's traces belong to the old model (and its inspector).
+            self.tokens.set(Vec::new());
+            self.live.set(None);
+            self.selected.set(None);
+            self.run_prompt.set(String::new());
+        }
         self.info.set(None);
         self.loading.set(true);
         self.error.set(None);
         self.progress.set((0.0, entry.size as f64));
+        self.phase.set(None);
         self.status.set(format!("Loading {}…", entry.name));
         self.model_name.set(entry.name.clone());
-        send(ToWorker::Load { url: manifest::model_url(&entry) });
+        send(ToWorker::Load { url: manifest::model_url(&entry), engine: self.engine_choice() });
+    }
+
+    /// The engine to start, decided here because only this thread sees the
+    /// adapter's info: wgpu in the worker cannot tell a software GPU, which
+    /// runs the kernels about 20x slower than the CPU engine.
+    fn engine_choice(self) -> EngineChoice {
+        let gpu = self.gpu.get_untracked();
+        match (self.engine_pref.get_untracked(), gpu) {
+            (EnginePref::Cpu, _) => EngineChoice { cpu_because: Some("you chose the CPU engine".into()), gpu_trusted: false },
+            // an EBT thinks in WGSL only on hardware: on a software adapter its CPU engine is 8x faster
+            (EnginePref::WebGpu, gpu) => EngineChoice { cpu_because: None, gpu_trusted: matches!(gpu, GpuProbe::Adapter { software: false, .. }) },
+            (EnginePref::Auto, GpuProbe::Adapter { name, software: true }) => EngineChoice {
+                cpu_because: Some(format!(
+                    "the WebGPU adapter here is software ({name}), about 20x slower than the CPU engine: choose WebGPU under Engine to run it anyway"
+                )),
+                gpu_trusted: false,
+            },
+            (EnginePref::Auto, GpuProbe::Adapter { software: false, .. }) => EngineChoice { cpu_because: None, gpu_trusted: true },
+            (EnginePref::Auto, GpuProbe::NoApi) => EngineChoice { cpu_because: Some("this browser offers no WebGPU".into()), gpu_trusted: false },
+            (EnginePref::Auto, GpuProbe::NoAdapter(why)) => {
+                EngineChoice { cpu_because: Some(format!("the browser gave no WebGPU adapter: {why}")), gpu_trusted: false }
+            }
+            // not probed yet (the page probes before it loads): let the worker look
+            (EnginePref::Auto, GpuProbe::Checking) => EngineChoice::default(),
+        }
     }
 
     /// What keeps the model from reading the prompt: every character outside its vocabulary at once.
@@ -248,7 +318,9 @@ impl Ui {
         if prompt.is_empty() {
             return Some("Type a prompt (at least one character).".into());
         }
-        let mut bad: Vec<char> = prompt.chars().filter(|&c| !info.vocab.contains(c)).collect();
+        // a set, not `vocab.contains`: a 1 MB paste is checked on every keystroke
+        let in_vocab: std::collections::HashSet<char> = info.vocab.chars().collect();
+        let mut bad: Vec<char> = prompt.chars().filter(|c| !in_vocab.contains(c)).collect();
         bad.sort_unstable();
         bad.dedup();
         let known = info.vocab.chars().count();
@@ -306,10 +378,11 @@ impl Ui {
         };
         stop_replay();
         self.run.set(req.run);
-        self.run_prompt.set(req.prompt.clone());
+        self.run_prompt.set(prompt_tail(&req.prompt));
         // a long prompt fills the box: the new text must come into view anyway
         self.follow.set(true);
         PENDING.with(|p| p.borrow_mut().clear());
+        self.watch.clear();
         self.tokens.set(Vec::new());
         self.live.set(None);
         self.e_range.set((f32::INFINITY, f32::NEG_INFINITY));
@@ -317,6 +390,7 @@ impl Ui {
         self.error.set(None);
         self.cps.set(0.0);
         self.running.set(true);
+        self.reading.set(None);
         self.status.set("Generating…".into());
         self.t_start.set(now_ms());
         send(ToWorker::Generate(req));
@@ -356,6 +430,18 @@ fn stop_replay() {
     });
 }
 
+/// Moves the keyboard focus to generated character `i`.
+fn focus_char(i: usize) {
+    use wasm_bindgen::JsCast;
+    let el = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.query_selector(&format!("#output .ch[data-i=\"{i}\"]")).ok().flatten())
+        .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok());
+    if let Some(el) = el {
+        let _ = el.focus();
+    }
+}
+
 fn token_key(t: &Arc<Token>) -> (u32, usize) {
     (t.run, t.index)
 }
@@ -367,6 +453,25 @@ fn thousands(n: usize) -> String {
         1_000..1_000_000 => format!("{:.0}k", n as f64 / 1e3),
         _ => format!("{:.2}M", n as f64 / 1e6),
     }
+}
+
+/// Prompt characters the text box shows above a run: a pasted book would
+/// otherwise cost the page a long layout for text the model does not even read.
+const PROMPT_SHOWN: usize = 2_000;
+
+fn prompt_tail(prompt: &str) -> String {
+    let n = prompt.chars().count();
+    if n <= PROMPT_SHOWN {
+        return prompt.to_string();
+    }
+    let tail: String = prompt.chars().skip(n - PROMPT_SHOWN).collect();
+    format!("[{} earlier characters of the prompt not shown] …{tail}", n - PROMPT_SHOWN)
+}
+
+/// The run's status while the engine reads a long prompt.
+fn reading_status(read: usize, total: usize, skipped: usize) -> String {
+    let skip = if skipped > 0 { format!(" (the first {skipped} lie outside the model's window and are not read)") } else { String::new() };
+    format!("Reading the prompt: {read} of {total} characters{skip}…")
 }
 
 fn mb(bytes: f64) -> String {
@@ -427,12 +532,13 @@ pub fn App() -> impl IntoView {
         Ok(c) => CLIENT.with(|cl| *cl.borrow_mut() = Some(c)),
         Err(e) => ui.error.set(Some(e)),
     }
-    leptos::task::spawn_local(async move { ui.gpu.set(probe().await) });
     leptos::task::spawn_local(async move {
+        // the engine is chosen by the adapter, so the probe comes first
+        ui.gpu.set(probe().await);
         match manifest::load().await {
             Ok(models) => {
                 ui.models.set(models);
-                ui.load_model(0);
+                ui.load_model(0, false);
             }
             Err(e) => {
                 ui.loading.set(false);
@@ -441,11 +547,17 @@ pub fn App() -> impl IntoView {
         }
     });
 
+    // in slow motion the inspector follows the character settling in the text, step by step
+    let slow = move || ui.watch.pace.get() == Pace::Slow;
     let current = Signal::derive(move || match ui.selected.get() {
         Some(i) => ui.tokens.with(|v| v.get(i).cloned()),
+        None if slow() && ui.watch.busy() => ui.watch.settling.with(|s| s.as_ref().map(|(t, _)| t.clone())),
         None => ui.live.get(),
     });
-    let step = Signal::derive(move || ui.step.get());
+    let step = Signal::derive(move || match ui.watch.settling.get() {
+        Some((_, s)) if slow() && ui.selected.get().is_none() => s,
+        _ => ui.step.get(),
+    });
     // Where the last 40 characters settled: the basins the states fall into.
     let landscape = Signal::derive(move || {
         ui.tokens.with(|v| v.iter().rev().take(40).filter_map(|t| t.proj.last().copied()).collect::<Vec<_>>())
@@ -461,7 +573,7 @@ pub fn App() -> impl IntoView {
         }
     });
     let state = move || {
-        if ui.running.get() {
+        if ui.running.get() || ui.watch.busy() {
             "generating"
         } else if ui.loading.get() {
             "loading"
@@ -507,9 +619,27 @@ pub fn App() -> impl IntoView {
         let kept = (t.candidates.len() > 1).then(|| format!(" · candidate {} of {} kept", t.chosen + 1, t.candidates.len()));
         let title = format!("{} · E = {e:.2} · p = {:.2} · {} steps{}", show_char(t.ch), t.prob, t.steps_used, kept.unwrap_or_default());
         view! {
+            // one tab stop for the whole text (the selected character, else the first); arrows move it
             <span class="ch" role="button" data-i=i title=title style=format!("--e:{e:.4};--s:{s:.3}")
+                tabindex=move || if ui.selected.get().unwrap_or(0) == i { "0" } else { "-1" }
                 class:sel=move || ui.selected.get() == Some(i)
-                on:click=move |_| ui.replay(i)>{t.ch.to_string()}</span>
+                on:click=move |_| ui.replay(i)
+                on:keydown=move |ev: KeyboardEvent| {
+                    let last = ui.tokens.with_untracked(|v| v.len().saturating_sub(1));
+                    let to = match ev.key().as_str() {
+                        "ArrowRight" => Some((i + 1).min(last)),
+                        "ArrowLeft" => Some(i.saturating_sub(1)),
+                        "Home" => Some(0),
+                        "End" => Some(last),
+                        "Enter" | " " => Some(i),
+                        _ => None,
+                    };
+                    if let Some(j) = to {
+                        ev.prevent_default();
+                        ui.replay(j);
+                        focus_char(j);
+                    }
+                }>{t.ch.to_string()}</span>
         }
     };
 
@@ -532,6 +662,7 @@ pub fn App() -> impl IntoView {
                     " — inference runs in a Web Worker. "
                     <span class="gpu-probe">{move || ui.gpu.with(|g| g.describe())}</span>
                 </p>
+                {how_it_works()}
             </header>
             <div class="layout">
                 // the app checks every field and names it; the browser's step checks refused 0.72 and 0.001
@@ -544,20 +675,50 @@ pub fn App() -> impl IntoView {
                         <select id="model" name="model" prop:disabled=move || ui.running.get()
                             on:change=move |ev| {
                                 if let Ok(i) = event_target_value(&ev).parse() {
-                                    ui.load_model(i)
+                                    ui.load_model(i, false)
                                 }
                             }>
                             {move || ui.models.get().into_iter().enumerate().map(|(i, m)| {
-                                let text = format!("{} ({}, {} params)", m.name, m.arch, thousands(m.params));
+                                // short enough for the narrowest control column; the arch is in the details
+                                let text = format!("{} ({} params)", m.name, thousands(m.params));
                                 view! { <option value=i selected=move || ui.model_idx.get() == i>{text}</option> }
                             }).collect_view()}
                         </select>
-                        <small class="hint">{move || ui.models.with(|m| m.get(ui.model_idx.get()).map(|m| format!("{} ({})", m.description, mb(m.size as f64))))}</small>
+                        {move || ui.models.with(|m| m.get(ui.model_idx.get()).cloned()).map(|m| view! {
+                            <p class="hint model-summary">{m.summary.clone()}</p>
+                            <details class="hint model-details">
+                                <summary>"Details"</summary>
+                                {format!("{} ({}, {})", m.description, m.arch, mb(m.size as f64))}
+                            </details>
+                        })}
+                    </label>
+                    <label class="field wide" for="engine">
+                        <span>"Engine"</span>
+                        <select id="engine" name="engine" prop:disabled=move || ui.running.get()
+                            on:change=move |ev| {
+                                let pref = match event_target_value(&ev).as_str() {
+                                    "webgpu" => EnginePref::WebGpu,
+                                    "cpu" => EnginePref::Cpu,
+                                    _ => EnginePref::Auto,
+                                };
+                                ui.engine_pref.set(pref);
+                                ui.load_model(ui.model_idx.get_untracked(), true);
+                            }>
+                            <option value="auto" selected=move || ui.engine_pref.get() == EnginePref::Auto>"Auto: the fastest here"</option>
+                            <option value="webgpu" selected=move || ui.engine_pref.get() == EnginePref::WebGpu>"WebGPU"</option>
+                            <option value="cpu" selected=move || ui.engine_pref.get() == EnginePref::Cpu>"CPU (wasm)"</option>
+                        </select>
                     </label>
                     <Show when=move || ui.loading.get()>
                         <div class="progress" role="status">
                             <progress id="download" max=move || ui.progress.get().1.max(1.0) value=move || ui.progress.get().0></progress>
-                            <span>{move || { let (a, b) = ui.progress.get(); format!("Downloading {} of {}", mb(a), mb(b)) }}</span>
+                            <span id="load-phase">{move || match ui.phase.get() {
+                                Some(p) => p,
+                                None => match ui.progress.get() {
+                                    (_, b) if b == 0.0 => "Finding the models…".to_string(),
+                                    (a, b) => format!("Downloading {} of {}…", mb(a), mb(b)),
+                                },
+                            }}</span>
                         </div>
                     </Show>
                     <label class="field wide" for="prompt">
@@ -588,12 +749,16 @@ pub fn App() -> impl IntoView {
                     </div>
                     <div class="buttons">
                         <button id="generate" type="submit" class="primary" prop:disabled=move || !can_generate()>"Generate"</button>
-                        <button id="stop" type="button" prop:disabled=move || !ui.running.get()
-                            on:click=move |_| send(ToWorker::Stop)>"Stop"</button>
+                        <button id="stop" type="button" prop:disabled=move || !ui.running.get() && !ui.watch.busy()
+                            on:click=move |_| { send(ToWorker::Stop); ui.watch.finish(); }>"Stop"</button>
                     </div>
                     <p id="status" class="status" aria-live="polite" data-cps=move || format!("{:.2}", ui.cps.get())>
-                        {move || ui.status.get()}
-                        {move || ui.running.get().then(|| format!(" {} chars, {:.1} chars/s", ui.tokens.with(|v| v.len()), ui.cps.get()))}
+                        {move || match ui.reading.get() {
+                            Some((read, total, skipped)) => reading_status(read, total, skipped),
+                            None => ui.status.get(),
+                        }}
+                        {move || (ui.running.get() && ui.reading.get().is_none())
+                            .then(|| format!(" {} chars, {:.1} chars/s", ui.tokens.with(|v| v.len()), ui.cps.get()))}
                     </p>
                     {move || ui.error.get().map(|e| view! { <p id="error" class="error" role="alert">{e}</p> })}
                 </form>
@@ -601,6 +766,21 @@ pub fn App() -> impl IntoView {
                 <section class="panel text-panel" aria-labelledby="out-h">
                     <div class="panel-head">
                         <h2 id="out-h">"Text"</h2>
+                        <label class="pace" for="pace">
+                            "Watch "
+                            <select id="pace" name="pace" on:change=move |ev| {
+                                let pace = Pace::from_code(&event_target_value(&ev));
+                                if pace == Pace::Off {
+                                    ui.watch.finish();
+                                }
+                                ui.watch.pace.set(pace);
+                            }>
+                                {[(Pace::RealTime, "each character settle"), (Pace::Slow, "in slow motion (250 ms a step)"), (Pace::Off, "only the result")]
+                                    .into_iter()
+                                    .map(|(p, label)| view! { <option value=p.code() selected=move || ui.watch.pace.get() == p>{label}</option> })
+                                    .collect_view()}
+                            </select>
+                        </label>
                         <fieldset class="color-mode">
                             <legend>"Colour by"</legend>
                             {[(ColorMode::Plain, "none", "plain"), (ColorMode::Energy, "final energy", "energy"), (ColorMode::Steps, "steps used", "steps")]
@@ -621,6 +801,7 @@ pub fn App() -> impl IntoView {
                         style=move || { let (lo, hi) = ui.e_range.get(); format!("--emin:{};--erange:{}", if lo.is_finite() { lo } else { 0.0 }, (hi - lo).max(1e-3)) }>
                         <span class="prompt-text">{move || ui.run_prompt.get()}</span>
                         <For each=move || ui.tokens.get() key=token_key children=render_char />
+                        {settling_char(ui.watch, vocab)}
                         <span class="caret" class:on=move || ui.running.get() aria-hidden="true"></span>
                     </div>
                     <p class="legend">
@@ -676,11 +857,11 @@ pub fn App() -> impl IntoView {
                             <div class="figs">
                                 <figure>
                                     <EnergyChart token=current step=step />
-                                    <figcaption>"Energy E(t) of the state that chose this character, per descent step."</figcaption>
+                                    <figcaption>"How far the energy of the state that chose this character fell from where it started, per descent step (a hollow ring marks a rise)."</figcaption>
                                 </figure>
                                 <figure>
                                     <TrajectoryChart token=current step=step landscape=landscape />
-                                    <figcaption>"Its path on the readout's main plane (hollow: start). Grey: where recent characters settled."</figcaption>
+                                    <figcaption>"Its path seen from above: the hidden state on the two directions that matter most for the next character (hollow dot: start; bar: scale). Grey: where recent characters settled."</figcaption>
                                 </figure>
                             </div>
                         }.into_any()

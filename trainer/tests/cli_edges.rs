@@ -80,3 +80,31 @@ fn top_k_zero_keeps_every_character() {
     assert_eq!(text(&["--top-k", "0"]), all, "--top-k 0 is no cut");
     assert_ne!(text(&["--top-k", "1"]), all, "--top-k 1 is greedy, a different text");
 }
+
+/// `--preset reference` stores the reference's choices in the checkpoint's
+/// config, a flag given beside it wins, and a resumed run holds to them.
+#[test]
+fn preset_reference_sets_the_reference_options() {
+    let out = std::env::temp_dir().join(format!("nrgpt-preset-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let base = ["train", "--d-model", "32", "--heads", "2", "--steps", "2", "--block", "16", "--batch", "2", "--eval-every", "100", "--eval-iters", "1", "--quiet"];
+    let run = |extra: &[&str]| {
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--out", out.to_str().unwrap()]);
+        trainer(&args)
+    };
+    let o = run(&["--iters", "1", "--preset", "reference", "--attn-beta", "0.5"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ck = nrgpt_core::Checkpoint::from_bytes(&std::fs::read(out.join("ckpt.safetensors")).unwrap(), candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+    let c = &ck.config;
+    assert_eq!((c.attn_beta, c.attn_diag, c.head_dim), (Some(0.5), true, 32), "the given --attn-beta wins");
+    assert_eq!((c.eta, c.eta_init, c.block_norm), (nrgpt_core::EtaKind::Free, nrgpt_core::EtaInit::Normal, nrgpt_core::BlockNorm::Bare));
+    // resuming with the preset alone asks for beta 1: refused, naming the flag
+    let o = run(&["--iters", "2", "--preset", "reference", "--resume"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--attn-beta"), "{err}");
+    let o = run(&["--iters", "2", "--resume"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = std::fs::remove_dir_all(&out);
+}

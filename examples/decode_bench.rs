@@ -98,7 +98,7 @@ fn ebt(k: usize, quick: bool) {
     for &ctx in contexts {
         let c = time_engine(&mut cpu, ctx, k, &opts);
         oracle.reset();
-        (0..(ctx - k) as u32).for_each(|i| oracle.feed(i % 65).unwrap());
+        oracle.feed(&(0..(ctx - k) as u32).map(|i| i % 65).collect::<Vec<_>>()).unwrap();
         let t0 = Instant::now();
         (0..k as u32).for_each(|i| drop(oracle.push(i % 65, &opts).unwrap()));
         let r = t0.elapsed().as_secs_f64() * 1000.0 / k as f64;

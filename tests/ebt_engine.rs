@@ -99,7 +99,7 @@ fn a_prompt_fed_at_once_thinks_as_the_oracle_fed_one_by_one() {
         let mut engine = decoder(&ck);
         let e = pollster::block_on(engine.push_many(&prompt, &o)).unwrap();
         let mut oracle = EbtSession::new(&ck).unwrap();
-        prompt[..len - 1].iter().for_each(|&t| oracle.feed(t).unwrap());
+        oracle.feed(&prompt[..len - 1]).unwrap();
         let r = oracle.push(prompt[len - 1], &o).unwrap();
         assert_same(&format!("prompt of {len}"), &e, &r);
         // and the next character after it

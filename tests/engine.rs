@@ -246,3 +246,34 @@ fn changing_steps_mid_sequence_recomputes_the_window() {
         assert_traces_close(&format!("steps change (push_many: {many})"), &got, &want, 1e-4);
     }
 }
+
+/// A prompt many windows long costs only what the window will hold (the
+/// shared `window_after` rule), and the state it leaves equals feeding it
+/// character by character, in the engine (GPU and CPU) and in the reference.
+#[test]
+fn a_long_prompt_costs_one_window() {
+    let cfg = &variants()[0];
+    let bytes = random_checkpoint(cfg, 700);
+    let block = cfg.block_size;
+    let prompt = seq(10 * block + 7, cfg.vocab_size, 17);
+    let opts = StepOpts::default();
+    let mut one_by_one = Session::from_bytes(&bytes).unwrap();
+    let want = prompt.iter().map(|&t| one_by_one.push(t, &opts).unwrap()).last().unwrap();
+    let got = Session::from_bytes(&bytes).unwrap().push_many(&prompt, &opts).unwrap();
+    assert_traces_close("reference push_many", &got, &want, 1e-5);
+    for chunk in [prompt.len(), 32] {
+        let mut gpu = gpu_engine(&bytes);
+        let mut cpu = engine(&bytes, true);
+        let (mut g, mut c) = (Trace::default(), Trace::default());
+        for part in prompt.chunks(chunk) {
+            g = pollster::block_on(gpu.push_many(part, &opts)).unwrap();
+            c = pollster::block_on(cpu.push_many(part, &opts)).unwrap();
+        }
+        assert_traces_close(&format!("CPU engine, chunks of {chunk}"), &c, &want, 1e-4);
+        assert_traces_close(&format!("GPU engine, chunks of {chunk}"), &g, &want, 1e-3);
+        if chunk == prompt.len() {
+            // in one piece only the final window is computed
+            assert!(gpu.dispatches() as usize <= block, "{} dispatches for a {}-character prompt", gpu.dispatches(), prompt.len());
+        }
+    }
+}

@@ -14,7 +14,7 @@ use super::client::Client;
 use super::ebt_chart::CandidateCurves;
 use super::gpu_probe::{probe, GpuProbe};
 use super::manifest::{self, ModelEntry};
-use super::protocol::{FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
+use super::protocol::{EngineChoice, FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
 
 thread_local! {
     static CLIENT: RefCell<Option<Client>> = const { RefCell::new(None) };
@@ -44,6 +44,14 @@ const EBT_MAX_STEPS: usize = 32;
 /// Best-of-N choices the page offers.
 const EBT_CANDIDATES: [usize; 3] = [1, 4, 16];
 
+/// Which engine the reader asked for; `Auto` picks what is fast here.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum EnginePref {
+    Auto,
+    WebGpu,
+    Cpu,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum ColorMode {
     Plain,
@@ -59,6 +67,11 @@ struct Ui {
     info: RwSignal<Option<ModelInfo>>,
     loading: RwSignal<bool>,
     progress: RwSignal<(f64, f64)>,
+    /// What the loading does after the download (parse, engine start-up).
+    phase: RwSignal<Option<String>>,
+    /// Prompt characters read of those the window holds, while a run reads its prompt.
+    reading: RwSignal<Option<(usize, usize, usize)>>,
+    engine_pref: RwSignal<EnginePref>,
     running: RwSignal<bool>,
     error: RwSignal<Option<String>>,
     status: RwSignal<String>,
@@ -99,6 +112,9 @@ impl Ui {
             info: RwSignal::new(None),
             loading: RwSignal::new(true),
             progress: RwSignal::new((0.0, 0.0)),
+            phase: RwSignal::new(None),
+            reading: RwSignal::new(None),
+            engine_pref: RwSignal::new(EnginePref::Auto),
             running: RwSignal::new(false),
             error: RwSignal::new(None),
             status: RwSignal::new("Starting the inference worker…".into()),
@@ -137,10 +153,24 @@ impl Ui {
 
     fn on_reply(self, msg: FromWorker) {
         match msg {
+            // the model's own load status says more while it loads
+            FromWorker::Ready if self.loading.get_untracked() => {}
             FromWorker::Ready => self.status.set("Worker ready.".into()),
             FromWorker::Progress { loaded, total } => self.progress.set((loaded, total)),
+            FromWorker::Loading { phase } => self.phase.set(Some(phase)),
+            FromWorker::Reading { run, read, total, skipped } if run == self.run.get_untracked() => {
+                self.reading.set((read < total).then_some((read, total, skipped)));
+            }
+            FromWorker::Reading { .. } => {}
+            FromWorker::Backend { backend, note } => self.info.update(|i| {
+                if let Some(i) = i {
+                    i.backend = backend;
+                    i.backend_note = note;
+                }
+            }),
             FromWorker::Loaded(info) => {
                 self.loading.set(false);
+                self.phase.set(None);
                 self.steps.set(info.steps.to_string());
                 let steps = if info.arch == EBT_ARCH { format!("S = {} thinking steps", info.steps) } else { format!("T = {}", info.steps) };
                 self.status.set(format!(
@@ -166,6 +196,7 @@ impl Ui {
             FromWorker::Token(_) => {} // from a run that was replaced
             FromWorker::Done { run, chars, ms, stopped } if run == self.run.get_untracked() => {
                 self.flush(true);
+                self.reading.set(None);
                 self.running.set(false);
                 let secs = (now_ms() - self.t_start.get_untracked()) / 1000.0;
                 self.status.set(format!(
@@ -182,6 +213,7 @@ impl Ui {
                 }
                 if run == 0 || run == self.run.get_untracked() {
                     self.running.set(false);
+                    self.reading.set(None);
                     self.error.set(Some(message));
                 }
             }
@@ -236,9 +268,31 @@ impl Ui {
         self.loading.set(true);
         self.error.set(None);
         self.progress.set((0.0, entry.size as f64));
+        self.phase.set(None);
         self.status.set(format!("Loading {}…", entry.name));
         self.model_name.set(entry.name.clone());
-        send(ToWorker::Load { url: manifest::model_url(&entry) });
+        send(ToWorker::Load { url: manifest::model_url(&entry), engine: self.engine_choice() });
+    }
+
+    /// The engine to start, decided here because only this thread sees the
+    /// adapter's info: wgpu in the worker cannot tell a software GPU, which
+    /// runs the kernels about 20x slower than the CPU engine.
+    fn engine_choice(self) -> EngineChoice {
+        let gpu = self.gpu.get_untracked();
+        match (self.engine_pref.get_untracked(), gpu) {
+            (EnginePref::Cpu, _) => EngineChoice { cpu_because: Some("you chose the CPU engine".into()), gpu_trusted: false },
+            // an EBT thinks in WGSL only on hardware: on a software adapter its CPU engine is 8x faster
+            (EnginePref::WebGpu, gpu) => EngineChoice { cpu_because: None, gpu_trusted: matches!(gpu, GpuProbe::Adapter { software: false, .. }) },
+            (EnginePref::Auto, GpuProbe::Adapter { name, software: true }) => EngineChoice {
+                cpu_because: Some(format!(
+                    "the WebGPU adapter here is software ({name}), about 20x slower than the CPU engine: choose WebGPU under Engine to run it anyway"
+                )),
+                gpu_trusted: false,
+            },
+            (EnginePref::Auto, GpuProbe::Adapter { software: false, .. }) => EngineChoice { cpu_because: None, gpu_trusted: true },
+            // no adapter: the worker finds none either and says why
+            (EnginePref::Auto, _) => EngineChoice::default(),
+        }
     }
 
     /// What keeps the model from reading the prompt: every character outside its vocabulary at once.
@@ -248,7 +302,9 @@ impl Ui {
         if prompt.is_empty() {
             return Some("Type a prompt (at least one character).".into());
         }
-        let mut bad: Vec<char> = prompt.chars().filter(|&c| !info.vocab.contains(c)).collect();
+        // a set, not `vocab.contains`: a 1 MB paste is checked on every keystroke
+        let in_vocab: std::collections::HashSet<char> = info.vocab.chars().collect();
+        let mut bad: Vec<char> = prompt.chars().filter(|c| !in_vocab.contains(c)).collect();
         bad.sort_unstable();
         bad.dedup();
         let known = info.vocab.chars().count();
@@ -306,7 +362,7 @@ impl Ui {
         };
         stop_replay();
         self.run.set(req.run);
-        self.run_prompt.set(req.prompt.clone());
+        self.run_prompt.set(prompt_tail(&req.prompt));
         // a long prompt fills the box: the new text must come into view anyway
         self.follow.set(true);
         PENDING.with(|p| p.borrow_mut().clear());
@@ -317,6 +373,7 @@ impl Ui {
         self.error.set(None);
         self.cps.set(0.0);
         self.running.set(true);
+        self.reading.set(None);
         self.status.set("Generating…".into());
         self.t_start.set(now_ms());
         send(ToWorker::Generate(req));
@@ -356,6 +413,18 @@ fn stop_replay() {
     });
 }
 
+/// Moves the keyboard focus to generated character `i`.
+fn focus_char(i: usize) {
+    use wasm_bindgen::JsCast;
+    let el = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.query_selector(&format!("#output .ch[data-i=\"{i}\"]")).ok().flatten())
+        .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok());
+    if let Some(el) = el {
+        let _ = el.focus();
+    }
+}
+
 fn token_key(t: &Arc<Token>) -> (u32, usize) {
     (t.run, t.index)
 }
@@ -367,6 +436,25 @@ fn thousands(n: usize) -> String {
         1_000..1_000_000 => format!("{:.0}k", n as f64 / 1e3),
         _ => format!("{:.2}M", n as f64 / 1e6),
     }
+}
+
+/// Prompt characters the text box shows above a run: a pasted book would
+/// otherwise cost the page a long layout for text the model does not even read.
+const PROMPT_SHOWN: usize = 2_000;
+
+fn prompt_tail(prompt: &str) -> String {
+    let n = prompt.chars().count();
+    if n <= PROMPT_SHOWN {
+        return prompt.to_string();
+    }
+    let tail: String = prompt.chars().skip(n - PROMPT_SHOWN).collect();
+    format!("[{} earlier characters of the prompt not shown] …{tail}", n - PROMPT_SHOWN)
+}
+
+/// The run's status while the engine reads a long prompt.
+fn reading_status(read: usize, total: usize, skipped: usize) -> String {
+    let skip = if skipped > 0 { format!(" (the first {skipped} lie outside the model's window and are not read)") } else { String::new() };
+    format!("Reading the prompt: {read} of {total} characters{skip}…")
 }
 
 fn mb(bytes: f64) -> String {
@@ -427,8 +515,9 @@ pub fn App() -> impl IntoView {
         Ok(c) => CLIENT.with(|cl| *cl.borrow_mut() = Some(c)),
         Err(e) => ui.error.set(Some(e)),
     }
-    leptos::task::spawn_local(async move { ui.gpu.set(probe().await) });
     leptos::task::spawn_local(async move {
+        // the engine is chosen by the adapter, so the probe comes first
+        ui.gpu.set(probe().await);
         match manifest::load().await {
             Ok(models) => {
                 ui.models.set(models);
@@ -507,9 +596,27 @@ pub fn App() -> impl IntoView {
         let kept = (t.candidates.len() > 1).then(|| format!(" · candidate {} of {} kept", t.chosen + 1, t.candidates.len()));
         let title = format!("{} · E = {e:.2} · p = {:.2} · {} steps{}", show_char(t.ch), t.prob, t.steps_used, kept.unwrap_or_default());
         view! {
+            // one tab stop for the whole text (the selected character, else the first); arrows move it
             <span class="ch" role="button" data-i=i title=title style=format!("--e:{e:.4};--s:{s:.3}")
+                tabindex=move || if ui.selected.get().unwrap_or(0) == i { "0" } else { "-1" }
                 class:sel=move || ui.selected.get() == Some(i)
-                on:click=move |_| ui.replay(i)>{t.ch.to_string()}</span>
+                on:click=move |_| ui.replay(i)
+                on:keydown=move |ev: KeyboardEvent| {
+                    let last = ui.tokens.with_untracked(|v| v.len().saturating_sub(1));
+                    let to = match ev.key().as_str() {
+                        "ArrowRight" => Some((i + 1).min(last)),
+                        "ArrowLeft" => Some(i.saturating_sub(1)),
+                        "Home" => Some(0),
+                        "End" => Some(last),
+                        "Enter" | " " => Some(i),
+                        _ => None,
+                    };
+                    if let Some(j) = to {
+                        ev.prevent_default();
+                        ui.replay(j);
+                        focus_char(j);
+                    }
+                }>{t.ch.to_string()}</span>
         }
     };
 
@@ -554,10 +661,30 @@ pub fn App() -> impl IntoView {
                         </select>
                         <small class="hint">{move || ui.models.with(|m| m.get(ui.model_idx.get()).map(|m| format!("{} ({})", m.description, mb(m.size as f64))))}</small>
                     </label>
+                    <label class="field wide" for="engine">
+                        <span>"Engine"</span>
+                        <select id="engine" name="engine" prop:disabled=move || ui.running.get()
+                            on:change=move |ev| {
+                                let pref = match event_target_value(&ev).as_str() {
+                                    "webgpu" => EnginePref::WebGpu,
+                                    "cpu" => EnginePref::Cpu,
+                                    _ => EnginePref::Auto,
+                                };
+                                ui.engine_pref.set(pref);
+                                ui.load_model(ui.model_idx.get_untracked());
+                            }>
+                            <option value="auto" selected=move || ui.engine_pref.get() == EnginePref::Auto>"Auto: the fastest here"</option>
+                            <option value="webgpu" selected=move || ui.engine_pref.get() == EnginePref::WebGpu>"WebGPU"</option>
+                            <option value="cpu" selected=move || ui.engine_pref.get() == EnginePref::Cpu>"CPU (wasm)"</option>
+                        </select>
+                    </label>
                     <Show when=move || ui.loading.get()>
                         <div class="progress" role="status">
                             <progress id="download" max=move || ui.progress.get().1.max(1.0) value=move || ui.progress.get().0></progress>
-                            <span>{move || { let (a, b) = ui.progress.get(); format!("Downloading {} of {}", mb(a), mb(b)) }}</span>
+                            <span id="load-phase">{move || match ui.phase.get() {
+                                Some(p) => p,
+                                None => { let (a, b) = ui.progress.get(); format!("Downloading {} of {}…", mb(a), mb(b)) }
+                            }}</span>
                         </div>
                     </Show>
                     <label class="field wide" for="prompt">
@@ -592,8 +719,12 @@ pub fn App() -> impl IntoView {
                             on:click=move |_| send(ToWorker::Stop)>"Stop"</button>
                     </div>
                     <p id="status" class="status" aria-live="polite" data-cps=move || format!("{:.2}", ui.cps.get())>
-                        {move || ui.status.get()}
-                        {move || ui.running.get().then(|| format!(" {} chars, {:.1} chars/s", ui.tokens.with(|v| v.len()), ui.cps.get()))}
+                        {move || match ui.reading.get() {
+                            Some((read, total, skipped)) => reading_status(read, total, skipped),
+                            None => ui.status.get(),
+                        }}
+                        {move || (ui.running.get() && ui.reading.get().is_none())
+                            .then(|| format!(" {} chars, {:.1} chars/s", ui.tokens.with(|v| v.len()), ui.cps.get()))}
                     </p>
                     {move || ui.error.get().map(|e| view! { <p id="error" class="error" role="alert">{e}</p> })}
                 </form>

@@ -12,8 +12,9 @@ pub enum GpuProbe {
     NoApi,
     /// The API exists but `requestAdapter()` gave no adapter.
     NoAdapter(String),
-    /// An adapter, described as "vendor architecture".
-    Adapter(String),
+    /// An adapter, described as "vendor architecture"; `software` when the
+    /// browser says it is a fallback adapter or names a CPU rasteriser.
+    Adapter { name: String, software: bool },
 }
 
 impl GpuProbe {
@@ -23,7 +24,8 @@ impl GpuProbe {
             GpuProbe::Checking => "checking",
             GpuProbe::NoApi => "no-api",
             GpuProbe::NoAdapter(_) => "no-adapter",
-            GpuProbe::Adapter(_) => "adapter",
+            GpuProbe::Adapter { software: false, .. } => "adapter",
+            GpuProbe::Adapter { software: true, .. } => "software-adapter",
         }
     }
 
@@ -32,12 +34,15 @@ impl GpuProbe {
             GpuProbe::Checking => "Checking for WebGPU…".into(),
             GpuProbe::NoApi => "This browser exposes no navigator.gpu (no WebGPU), so the CPU path runs.".into(),
             GpuProbe::NoAdapter(why) => format!("The browser has navigator.gpu but it gave no adapter ({why})."),
-            GpuProbe::Adapter(name) => {
-                format!("WebGPU adapter found ({name}).")
-            }
+            GpuProbe::Adapter { name, software: false } => format!("WebGPU adapter found ({name})."),
+            GpuProbe::Adapter { name, software: true } => format!("WebGPU adapter found ({name}), a software one that runs on the CPU."),
         }
     }
 }
+
+/// Adapter names of GPUs emulated on the CPU: here they run the kernels
+/// 20-25x slower than the CPU engine in wasm (shared/notes/toolchain.md).
+const SOFTWARE_RASTERISERS: [&str; 4] = ["swiftshader", "llvmpipe", "lavapipe", "microsoft basic render"];
 
 fn get(v: &JsValue, key: &str) -> JsValue {
     Reflect::get(v, &key.into()).unwrap_or(JsValue::UNDEFINED)
@@ -59,7 +64,10 @@ pub async fn probe() -> GpuProbe {
             let info = get(&a, "info");
             let s = |k| get(&info, k).as_string().filter(|s| !s.is_empty());
             let name = [s("vendor"), s("architecture"), s("description")].into_iter().flatten().collect::<Vec<_>>().join(" ");
-            GpuProbe::Adapter(if name.is_empty() { "no adapter info".into() } else { name })
+            // `isFallbackAdapter` moved from the adapter to its info in newer browsers
+            let fallback = get(&a, "isFallbackAdapter").is_truthy() || get(&info, "isFallbackAdapter").is_truthy();
+            let software = fallback || SOFTWARE_RASTERISERS.iter().any(|r| name.to_lowercase().contains(r));
+            GpuProbe::Adapter { name: if name.is_empty() { "no adapter info".into() } else { name }, software }
         }
         Ok(_) => GpuProbe::NoAdapter("requestAdapter() returned null".into()),
         Err(e) => GpuProbe::NoAdapter(format!("{e:?}")),

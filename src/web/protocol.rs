@@ -12,7 +12,12 @@ use nrgpt_core::session::TokenTrace;
 #[serde(tag = "type")]
 pub enum ToWorker {
     /// Fetch (or take from the Cache API) and parse a checkpoint.
-    Load { url: String },
+    Load {
+        url: String,
+        /// Absent from older pages and embedders: let the worker decide.
+        #[serde(default)]
+        engine: EngineChoice,
+    },
     Generate(GenerateRequest),
     /// Stop the running generation after the character in flight.
     Stop,
@@ -41,6 +46,16 @@ pub struct GenerateRequest {
 
 fn one_candidate() -> usize {
     1
+}
+
+/// Which engine the page wants, decided on its own thread: only the page
+/// sees the adapter's info (wgpu in the worker cannot tell a software GPU).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct EngineChoice {
+    /// Run the CPU engine, for this reason (shown next to the backend).
+    pub cpu_because: Option<String>,
+    /// The adapter is a hardware GPU, or the reader asked for WebGPU: an EBT may think in WGSL too.
+    pub gpu_trusted: bool,
 }
 
 /// What the page needs to know about the loaded checkpoint.
@@ -112,7 +127,14 @@ pub enum FromWorker {
     Ready,
     /// Download progress; `total` is 0 when the server sent no length.
     Progress { loaded: f64, total: f64 },
+    /// What the loading does now (parse, engine start-up), after the download.
+    Loading { phase: String },
     Loaded(ModelInfo),
+    /// Prompt characters the model has read of those its window holds
+    /// (`skipped` earlier ones fall outside the window and are not read).
+    Reading { run: u32, read: usize, total: usize, skipped: usize },
+    /// The engine changed mid-run (the GPU failed and the CPU engine took over).
+    Backend { backend: String, note: Option<String> },
     Token(Token),
     /// The run ended: `stopped` when the user stopped it.
     Done { run: u32, chars: usize, ms: f64, stopped: bool },

@@ -11,17 +11,17 @@ use wasm_bindgen_futures::{spawn_local, JsFuture};
 use web_sys::{DedicatedWorkerGlobalScope, MessageChannel, MessageEvent};
 
 use super::fetch::fetch_cached;
-use super::protocol::{from_js, to_js, FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
+use super::protocol::{from_js, to_js, EngineChoice, FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::sample::{draw, filtered_probs, SampleOpts};
 use nrgpt_core::ebt::Verify;
-use nrgpt_core::session::{EbtThinkOpts, Session, StepOpts, TokenTrace};
+use nrgpt_core::session::{window_after, EbtThinkOpts, Session, StepOpts, TokenTrace};
 use nrgpt_core::{ModelConfig, Vocab};
 
 /// The inference backend. Every NRGPT checkpoint runs on the incremental
-/// engine (cached keys, O(T n D) per character): WebGPU when the browser gives
-/// an adapter, else the same algorithm in plain Rust; an EBT always thinks on
-/// the engine's CPU decoder. The recomputing reference is kept for the GPT
+/// engine (cached keys, O(T n D) per character): WebGPU when the page chose
+/// it, else the same algorithm in plain Rust; an EBT thinks in WGSL only on a
+/// GPU the page trusts. The recomputing reference is kept for the GPT
 /// baselines, which have no incremental engine.
 pub enum PageBackend {
     Reference(Session),
@@ -30,9 +30,10 @@ pub enum PageBackend {
 
 impl PageBackend {
     /// Picks the incremental engine when it takes this checkpoint, else the reference, and says why.
-    async fn load(bytes: &[u8]) -> Result<Self, String> {
+    async fn load(bytes: &[u8], choice: &EngineChoice) -> Result<Self, String> {
         use nrgpt_engine::{Backend, Decoder, DecoderOpts};
-        match Decoder::new(bytes, DecoderOpts::default()).await {
+        let opts = DecoderOpts { force_cpu: choice.cpu_because.is_some(), ebt_on_software_gpu: choice.gpu_trusted };
+        match Decoder::new(bytes, opts).await {
             Ok(e) => {
                 if let Backend::Cpu { reason } = e.backend() {
                     web_sys::console::info_1(&format!("using the CPU engine: {reason}").into());
@@ -92,16 +93,10 @@ impl PageBackend {
         }
     }
     /// Feeds part of a prompt: the incremental engine takes it in one
-    /// submission (one GPU read-back), the reference a character at a time.
+    /// submission (one GPU read-back), the reference recomputes its window once.
     async fn push_prompt(&mut self, tokens: &[u32], opts: &StepOpts) -> Result<TokenTrace, String> {
         match self {
-            PageBackend::Reference(s) => {
-                let mut last = None;
-                for &t in tokens {
-                    last = Some(s.push(t, opts).map_err(|e| e.to_string())?);
-                }
-                last.ok_or_else(|| "nothing to feed: the text is empty".to_string())
-            }
+            PageBackend::Reference(s) => s.push_many(tokens, opts).map_err(|e| e.to_string()),
             PageBackend::Incremental(e) => e.push_many(tokens, opts).await.map_err(|e| e.to_string()),
         }
     }
@@ -161,11 +156,11 @@ pub fn worker_main() {
         };
         match msg {
             ToWorker::Stop => state.borrow().stop.set(true),
-            ToWorker::Load { url } => {
+            ToWorker::Load { url, engine } => {
                 if state.borrow().running {
                     return post(&FromWorker::Error { run: 0, message: "stop the generation before loading another model".into() });
                 }
-                spawn_local(load(state.clone(), url));
+                spawn_local(load(state.clone(), url, engine));
             }
             ToWorker::Generate(req) => spawn_local(generate(state.clone(), req)),
         }
@@ -175,13 +170,16 @@ pub fn worker_main() {
     post(&FromWorker::Ready);
 }
 
-async fn load(state: Rc<RefCell<State>>, url: String) {
+async fn load(state: Rc<RefCell<State>>, url: String, choice: EngineChoice) {
     let fetched = fetch_cached(&url, |loaded, total| post(&FromWorker::Progress { loaded, total })).await;
     let (bytes, from_cache) = match fetched {
         Ok(x) => x,
         Err(message) => return post(&FromWorker::Error { run: 0, message }),
     };
-    let engine = match PageBackend::load(&bytes).await {
+    let phase = if choice.cpu_because.is_some() { "Reading the checkpoint and starting the CPU engine…" } else { "Reading the checkpoint and starting the WebGPU engine…" };
+    post(&FromWorker::Loading { phase: phase.into() });
+    yield_now().await; // let the message leave before the parse holds the thread
+    let engine = match PageBackend::load(&bytes, &choice).await {
         Ok(e) => e,
         Err(e) => return post(&FromWorker::Error { run: 0, message: format!("could not read the checkpoint {url}: {e}") }),
     };
@@ -194,7 +192,7 @@ async fn load(state: Rc<RefCell<State>>, url: String) {
         vocab: engine.vocab().chars().iter().collect(),
         params: nrgpt_core::model::num_params(cfg),
         backend: engine.backend(),
-        backend_note: engine.backend_note(),
+        backend_note: choice.cpu_because.clone().or_else(|| engine.backend_note()),
         from_cache,
     };
     state.borrow_mut().engine = Some(engine);
@@ -243,15 +241,28 @@ async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut PageBackend, re
         seed: req.seed,
     };
     engine.reset();
-    let mut trace = None;
-    for chunk in ids.chunks(PROMPT_CHUNK) {
+    let mut backend = engine.backend();
+    // Only what the window will hold is read: the first piece carries the
+    // characters before it, which the engine skips by the shared window rule
+    // (`window_after`, as `trainer sample` does), so the text stays exact.
+    let block = engine.config().block_size;
+    let total = window_after(&[], &ids, block).0.len();
+    let skipped = ids.len() - total;
+    let (mut start, mut end) = (0, skipped + PROMPT_CHUNK.min(total));
+    post(&FromWorker::Reading { run: req.run, read: 0, total, skipped });
+    let mut trace = loop {
         if stopped() {
             return Ok((0, true));
         }
-        trace = Some(engine.push_prompt(chunk, &opts).await?);
+        let trace = engine.push_prompt(&ids[start..end], &opts).await?;
+        post(&FromWorker::Reading { run: req.run, read: end - skipped, total, skipped });
         yield_now().await;
-    }
-    let mut trace = trace.expect("the prompt is not empty");
+        if end == ids.len() {
+            break trace;
+        }
+        (start, end) = (end, (end + PROMPT_CHUNK).min(ids.len()));
+    };
+    report_takeover(engine, &mut backend);
     let mut push_ms = 0.0;
     let asked = req.steps.unwrap_or(engine.config().steps);
     let mut rng = Rng64::new(req.seed);
@@ -270,9 +281,19 @@ async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut PageBackend, re
         let t0 = now_ms();
         trace = engine.push(next as u32, &opts).await?;
         push_ms = now_ms() - t0;
+        report_takeover(engine, &mut backend);
         yield_now().await;
     }
     Ok((req.len, false))
+}
+
+/// Tells the page when the engine changed under a run (a lost GPU's CPU takeover).
+fn report_takeover(engine: &PageBackend, shown: &mut String) {
+    let now = engine.backend();
+    if now != *shown {
+        post(&FromWorker::Backend { backend: now.clone(), note: engine.backend_note() });
+        *shown = now;
+    }
 }
 
 /// Panics show up in the console with their message instead of "unreachable".

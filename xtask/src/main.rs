@@ -23,6 +23,9 @@ const PKG_DIR: &str = "www/pkg";
 /// Settings of the browser test's reference generation.
 const TEST_PROMPT: &str = "ROMEO:\n";
 const TEST_LEN: usize = 100;
+/// The long-prompt check: this many characters of the validation split, many windows long.
+const LONG_PROMPT_CHARS: usize = 5_000;
+const LONG_TEST_LEN: usize = 20;
 const TEST_TEMPERATURE: &str = "0.8";
 const TEST_TOP_K: &str = "20";
 const TEST_SEED: &str = "42";
@@ -150,10 +153,9 @@ fn ensure_chromium() -> Result<()> {
 
 /// The page must print exactly what the CPU reference prints for the same
 /// settings; `extra` are the model's own flags (an EBT's steps and candidates).
-fn native_reference(ckpt: &str, len: usize, extra: &[&str]) -> Result<String> {
+fn native_reference(ckpt: &str, prompt: &str, len: usize, extra: &[&str]) -> Result<String> {
     // the test-profile trainer is already built by `cargo test`: no extra release build in CI
     say(&format!("generating the native reference text for {ckpt} (trainer sample, same settings as the page)"));
-    let prompt = TEST_PROMPT;
     let len = len.to_string();
     let mut cmd = Command::new("cargo");
     cmd.args(["run", "-q", "-p", "trainer", "--", "sample", "--ckpt", ckpt, "--prompt", prompt])
@@ -166,6 +168,14 @@ fn native_reference(ckpt: &str, len: usize, extra: &[&str]) -> Result<String> {
     let text = String::from_utf8(out.stdout).context("trainer sample printed non-UTF-8")?;
     // println! added one newline after prompt + generated text
     Ok(text.strip_suffix('\n').unwrap_or(&text).to_string())
+}
+
+/// A prompt far longer than any model's window: the start of the validation split.
+fn long_prompt() -> Result<String> {
+    let path = root().join("data/tinyshakespeare/input.txt");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let val: String = text.chars().skip(text.chars().count() * 9 / 10).take(LONG_PROMPT_CHARS).collect();
+    Ok(val)
 }
 
 fn browser_test() -> Result<()> {
@@ -190,9 +200,11 @@ fn browser_test_run(capture: bool) -> Result<String> {
     say("installing the browser driver (npm: playwright-core)");
     let npm_cmd = if dir.join("package-lock.json").is_file() { "ci" } else { "install" };
     run(Command::new("npm").args([npm_cmd, "--no-audit", "--no-fund", "--prefix", "tests/browser"]))?;
-    let expected = native_reference(DEFAULT_MODEL, TEST_LEN, &[])?;
+    let expected = native_reference(DEFAULT_MODEL, TEST_PROMPT, TEST_LEN, &[])?;
+    let long_prompt = long_prompt()?;
+    let long_expected = native_reference(DEFAULT_MODEL, &long_prompt, LONG_TEST_LEN, &[])?;
     let (ebt_steps, ebt_samples) = (EBT_TEST_STEPS.to_string(), EBT_TEST_SAMPLES.to_string());
-    let ebt_expected = native_reference(EBT_MODEL, EBT_TEST_LEN, &["--steps", &ebt_steps, "--samples", &ebt_samples, "--verify", "min"])?;
+    let ebt_expected = native_reference(EBT_MODEL, TEST_PROMPT, EBT_TEST_LEN, &["--steps", &ebt_steps, "--samples", &ebt_samples, "--verify", "min"])?;
     let listener = serve::bind(0)?;
     let url = format!("http://{}/", listener.local_addr()?);
     let page_root = root();
@@ -209,6 +221,9 @@ fn browser_test_run(capture: bool) -> Result<String> {
         .env("TOP_K", TEST_TOP_K)
         .env("SEED", TEST_SEED)
         .env("EXPECTED_TEXT", &expected)
+        .env("LONG_PROMPT", &long_prompt)
+        .env("LONG_LEN", LONG_TEST_LEN.to_string())
+        .env("LONG_EXPECTED_TEXT", &long_expected)
         .env("EBT_CKPT", root().join(EBT_MODEL))
         .env("EBT_LEN", EBT_TEST_LEN.to_string())
         .env("EBT_STEPS", &ebt_steps)

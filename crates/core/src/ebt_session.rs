@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor};
 use crate::ebt::{Context, Ebt, Verify};
 use crate::rng::Rng64;
 use crate::sample::{draw, filtered_probs, SampleOpts};
-use crate::session::{slide_window, EbtThinkOpts, StepOpts, TokenTrace};
+use crate::session::{window_after, EbtThinkOpts, StepOpts, TokenTrace};
 use crate::{Checkpoint, Error, Result, Vocab};
 
 /// The stream the candidates' starting noise is drawn from.
@@ -132,20 +132,19 @@ impl EbtSession {
         self.fed = 0;
     }
 
-    /// Appends `token` without thinking about what follows it (a prompt's inside).
-    pub fn feed(&mut self, token: u32) -> Result<()> {
-        if token as usize >= self.ebt.cfg.vocab_size {
-            return Err(Error::Vocab(format!("token id {token} is outside the vocabulary")));
+    /// Appends `tokens` without thinking about what follows them (a prompt's inside).
+    pub fn feed(&mut self, tokens: &[u32]) -> Result<()> {
+        if let Some(t) = tokens.iter().find(|&&t| t as usize >= self.ebt.cfg.vocab_size) {
+            return Err(Error::Vocab(format!("token id {t} is outside the vocabulary")));
         }
-        slide_window(&mut self.ids, self.ebt.cfg.block_size);
-        self.ids.push(token);
-        self.fed += 1;
+        self.ids = window_after(&self.ids, tokens, self.ebt.cfg.block_size).0;
+        self.fed += tokens.len() as u64;
         Ok(())
     }
 
     /// Appends `token` and thinks the next character's candidates.
     pub fn push(&mut self, token: u32, opts: &StepOpts) -> Result<TokenTrace> {
-        self.feed(token)?;
+        self.feed(&[token])?;
         let cfg = &self.ebt.cfg;
         let n = self.ids.len();
         let ctx = self.ebt.context(&Tensor::from_slice(&self.ids, (1, n), &Device::Cpu)?)?;
@@ -167,9 +166,7 @@ pub fn generate_ebt(session: &mut EbtSession, prompt: &str, n_chars: usize, samp
         return Err(Error::Vocab("the prompt is empty".into()));
     };
     session.reset();
-    for &id in inner {
-        session.feed(id)?;
-    }
+    session.feed(inner)?;
     let mut rng = Rng64::new(sample.seed);
     let mut trace = session.push(last, step)?;
     let mut out = Vec::with_capacity(n_chars);

@@ -3,7 +3,7 @@
 use candle_core::{DType, Tensor};
 
 use crate::rng::Rng64;
-use crate::session::slide_window;
+use crate::session::{slide_window, window_after};
 use crate::{Error, ForwardOpts, Model, Result, Vocab};
 
 #[derive(Debug, Clone)]
@@ -106,11 +106,7 @@ pub fn generate(model: &Model, vocab: &Vocab, prompt: &str, n_chars: usize, opts
     }
     let mut rng = Rng64::new(opts.seed);
     let block = model.cfg.block_size;
-    let mut ids = Vec::new();
-    for id in prompt_ids {
-        slide_window(&mut ids, block);
-        ids.push(id);
-    }
+    let (mut ids, _) = window_after(&[], &prompt_ids, block);
     let mut out = Vec::with_capacity(n_chars);
     for _ in 0..n_chars {
         let ctx = &ids[..];

@@ -52,6 +52,20 @@ pub fn slide_window(window: &mut Vec<u32>, block: usize) -> bool {
     true
 }
 
+/// The window after feeding `tokens` to `window` under [`slide_window`], and
+/// whether it slid on the way. A decoder's state after a slide depends only
+/// on this window, so a long prompt needs only what the window will hold to
+/// be computed: every decoder and the sampler feed prompts through here.
+pub fn window_after(window: &[u32], tokens: &[u32], block: usize) -> (Vec<u32>, bool) {
+    let mut w = window.to_vec();
+    let mut slid = false;
+    for &t in tokens {
+        slid |= slide_window(&mut w, block);
+        w.push(t);
+    }
+    (w, slid)
+}
+
 /// What one character's descent looked like.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TokenTrace {
@@ -109,6 +123,24 @@ impl Session {
 
     pub fn reset(&mut self) {
         self.ids.clear();
+    }
+
+    /// Feeds several characters (a prompt) and returns the last one's trace.
+    /// The window is recomputed once, so a long prompt costs one window.
+    pub fn push_many(&mut self, tokens: &[u32], opts: &StepOpts) -> Result<TokenTrace> {
+        let Some((&last, rest)) = tokens.split_last() else {
+            return Err(crate::Error::Vocab("nothing to feed: the text is empty".into()));
+        };
+        if let Some(t) = rest.iter().find(|&&t| t as usize >= self.model.cfg.vocab_size) {
+            return Err(crate::Error::Vocab(format!("token id {t} is outside the vocabulary")));
+        }
+        let block = self.model.cfg.block_size;
+        let (mut w, _) = window_after(&self.ids, tokens, block);
+        w.pop();
+        // `push` would slide a full window before appending the last token
+        // (the same step `window_after` took), so hand it the window without it
+        self.ids = w;
+        self.push(last, opts)
     }
 
     /// Appends `token` and runs the model on the last `block_size` characters.

@@ -17,7 +17,7 @@ use decode_params::DecodeParams;
 use gpu_decoder::GpuDecoder;
 use gpu_ebt_decoder::GpuEbtDecoder;
 use nrgpt_core::format::PackedCheckpoint;
-use nrgpt_core::session::{slide_window, EbtThinkOpts, StepOpts};
+use nrgpt_core::session::{slide_window, window_after, EbtThinkOpts, StepOpts};
 use nrgpt_core::{Arch, Error, ModelConfig, Result, Vocab};
 
 pub use nrgpt_core::session::TokenTrace as Trace;
@@ -69,6 +69,9 @@ pub struct Decoder {
     ebt: EbtThinkOpts,
     /// Characters fed since the reset: an EBT's candidates draw their noise by it.
     fed: u64,
+    /// The CPU twin of a GPU runner: a lost GPU (the browser reclaiming the
+    /// device, a driver reset) then costs one recompute of the window, not the text.
+    standby: Option<Runner>,
 }
 
 impl Decoder {
@@ -77,6 +80,7 @@ impl Decoder {
         // the one parse: the GPU uploads its packed codes, the CPU runs their f32 values
         let file = PackedCheckpoint::from_bytes(bytes)?;
         let steps = file.config.steps;
+        let mut standby = None;
         let (runner, backend) = if file.config.arch == Arch::Ebt {
             if opts.force_cpu {
                 (Runner::Ebt(EbtDecoder::new(&file)?), Backend::Cpu { reason: "GPU not requested".into() })
@@ -91,6 +95,7 @@ impl Decoder {
                     }
                     Ok(g) => {
                         let adapter = g.adapter_name().to_string();
+                        standby = Some(Runner::Ebt(EbtDecoder::new(&file)?));
                         (Runner::GpuEbt(g), Backend::Gpu { adapter })
                     }
                     Err(Error::NoGpu(why)) => {
@@ -108,6 +113,7 @@ impl Decoder {
                 match GpuDecoder::new(&file, &params, steps).await {
                     Ok(g) => {
                         let adapter = g.adapter_name().to_string();
+                        standby = Some(Runner::Cpu(CpuDecoder::new(params, steps)));
                         (Runner::Gpu(g), Backend::Gpu { adapter })
                     }
                     Err(Error::NoGpu(reason)) => (Runner::Cpu(CpuDecoder::new(params, steps)), Backend::Cpu { reason }),
@@ -116,7 +122,7 @@ impl Decoder {
             }
         };
         let ebt = EbtThinkOpts::default();
-        Ok(Self { runner, backend, vocab: file.vocab, cfg: file.config, window: Vec::new(), steps, tol: None, ebt, fed: 0 })
+        Ok(Self { runner, backend, vocab: file.vocab, cfg: file.config, window: Vec::new(), steps, tol: None, ebt, fed: 0, standby })
     }
 
     pub fn backend(&self) -> &Backend {
@@ -156,30 +162,23 @@ impl Decoder {
     }
 
     /// Feeds several characters (a prompt) and returns the last one's trace;
-    /// on the GPU it is one submission (a dispatch per character).
+    /// on the GPU it is one submission (a dispatch per character). Only what
+    /// the window will hold is computed ([`window_after`]): a 5,000-character
+    /// prompt costs at most one window, not 5,000 characters.
     pub async fn push_many(&mut self, tokens: &[u32], opts: &StepOpts) -> Result<Trace> {
         self.check_tokens(tokens)?;
-        let block = self.cfg.block_size;
-        let mut last = None;
-        if self.apply_opts(opts).await? {
-            last = Some(self.refill().await?);
+        if tokens.is_empty() {
+            return Err(Error::Vocab("nothing to feed: the text is empty".into()));
         }
-        let mut i = 0;
-        while i < tokens.len() {
-            if self.window.len() >= block {
-                // a slide: the one-token path recomputes the kept half
-                last = Some(self.push(tokens[i], opts).await?);
-                i += 1;
-                continue;
-            }
-            let take = (block - self.window.len()).min(tokens.len() - i);
-            let chunk = &tokens[i..i + take];
-            self.window.extend_from_slice(chunk);
-            self.fed += take as u64;
-            last = Some(self.decode(chunk).await?);
-            i += take;
+        let refill = self.apply_opts(opts).await?;
+        let (window, slid) = window_after(&self.window, tokens, self.cfg.block_size);
+        self.fed += tokens.len() as u64;
+        if slid || refill {
+            self.window = window;
+            return self.refill().await;
         }
-        last.ok_or_else(|| Error::Vocab("nothing to feed: the text is empty".into()))
+        self.window = window;
+        self.decode(tokens).await
     }
 
     /// Adopts the step count and tolerance of `opts`; true when the cached
@@ -205,7 +204,26 @@ impl Decoder {
     }
 
     /// Runs `tokens` (already appended to the window) through the decoder.
+    /// A GPU that fails hands over to its CPU twin, which recomputes the
+    /// window: the sequence goes on, and `backend()` says what happened.
     async fn decode(&mut self, tokens: &[u32]) -> Result<Trace> {
+        match self.decode_on_runner(tokens).await {
+            Err(Error::Gpu(why)) if self.standby.is_some() => {
+                let mut cpu = self.standby.take().expect("checked above");
+                if let (Runner::Cpu(d), Runner::Gpu(_)) = (&mut cpu, &self.runner) {
+                    // the twin was made at load; the steps may have changed since
+                    *d = CpuDecoder::new(d.params().clone(), self.steps);
+                }
+                self.runner = cpu;
+                self.backend = Backend::Cpu { reason: format!("the GPU failed mid-generation ({why}); the CPU engine took over and kept the text") };
+                let all = self.window.clone();
+                self.decode_on_runner(&all).await
+            }
+            r => r,
+        }
+    }
+
+    async fn decode_on_runner(&mut self, tokens: &[u32]) -> Result<Trace> {
         let trace = match &mut self.runner {
             Runner::Cpu(d) => tokens.iter().map(|&t| d.push(t, self.tol)).last().unwrap_or_default(),
             Runner::Gpu(d) => d.push_many(tokens, self.tol).await?,

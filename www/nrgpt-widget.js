@@ -57,6 +57,37 @@ function download(url, onProgress) {
   return d.promise.finally(() => d.listeners.delete(onProgress));
 }
 
+// ------------------------------------------------------------ engine choice
+
+/** Adapter names of GPUs emulated on the CPU (as src/web/gpu_probe.rs). */
+const SOFTWARE_RASTERISERS = ['swiftshader', 'llvmpipe', 'lavapipe', 'microsoft basic render'];
+let probed = null;
+
+/**
+ * The page's Auto rule (src/web/app.rs: engine_choice), decided here because
+ * only this thread sees the adapter's info: a software adapter runs the
+ * kernels about 20x slower than the CPU engine. `engine="webgpu"` or "cpu" overrides it.
+ */
+async function engineChoice(pref) {
+  if (pref === 'cpu') return { cpu_because: 'the widget asked for the CPU engine', gpu_trusted: false };
+  probed ??= (async () => {
+    try {
+      const a = await navigator.gpu?.requestAdapter();
+      if (!a) return null;
+      const info = a.info ?? {};
+      const name = [info.vendor, info.architecture, info.description].filter(Boolean).join(' ');
+      const software = a.isFallbackAdapter || info.isFallbackAdapter || SOFTWARE_RASTERISERS.some((r) => name.toLowerCase().includes(r));
+      return { name, software: Boolean(software) };
+    } catch {
+      return null;
+    }
+  })();
+  const gpu = await probed;
+  if (pref === 'webgpu') return { cpu_because: null, gpu_trusted: Boolean(gpu && !gpu.software) };
+  if (gpu?.software) return { cpu_because: `the WebGPU adapter here is software (${gpu.name}), about 20x slower than the CPU engine`, gpu_trusted: false };
+  return { cpu_because: null, gpu_trusted: Boolean(gpu) };
+}
+
 // -------------------------------------------------------------- worker pool
 
 let nextRun = 1;
@@ -80,12 +111,14 @@ class Engine {
         this.listener?.({ type: 'Error', run: this.currentRun, message: this.dead });
       };
     });
+    this.ready.catch(() => {}); // a dead worker is reported through `listener`
   }
 
-  /** Loads `model` (its blob: URL `blob`) unless this worker has it already. */
-  async load(model, blob) {
+  /** Loads `model` (its blob: URL `blob`) on `engine` unless this worker has it so already. */
+  async load(model, blob, engine) {
     await this.ready;
-    if (this.model === model) return this.info;
+    const key = `${model} ${JSON.stringify(engine)}`;
+    if (this.model === key) return this.info;
     this.model = null;
     this.currentRun = 0;
     const info = await new Promise((resolve, reject) => {
@@ -93,10 +126,10 @@ class Engine {
         if (m.type === 'Loaded') resolve(m);
         else if (m.type === 'Error' && m.run === 0) reject(new Error(m.message));
       };
-      this.worker.postMessage({ type: 'Load', url: blob });
+      this.worker.postMessage({ type: 'Load', url: blob, engine });
     });
     this.listener = null;
-    this.model = model;
+    this.model = key;
     this.info = info;
     return info;
   }
@@ -106,7 +139,7 @@ const pool = { engines: [], waiting: [] };
 
 function idleEngine(model) {
   const idle = pool.engines.filter((e) => !e.held && !e.dead);
-  return idle.find((e) => e.model === model) ?? idle[0];
+  return idle.find((e) => e.model?.startsWith(`${model} `)) ?? idle[0];
 }
 
 /** An engine for `model`: an idle one that has it, any idle one, a new one, or the next released. */
@@ -305,7 +338,7 @@ class NrgptWidget extends HTMLElement {
       if (this.live) return;
       this.setBadge('Recorded run');
       if (this.getAttribute('state') === 'idle') this.$status.textContent = `${trace.arch}: a recorded run of this prompt and seed`;
-      this.begin(trace.prompt, trace.steps);
+      this.begin(trace.prompt);
       this.dataset.poster = 'playing';
       this.chars = trace.chars;
       this.complete = true;
@@ -363,7 +396,8 @@ class NrgptWidget extends HTMLElement {
     this.live = true;
     delete this.dataset.poster;
     this.setBadge('');
-    this.begin(s.prompt, s.steps ?? 0);
+    this.$status.classList.remove('error');
+    this.begin(s.prompt);
     this.complete = false;
     this.request = s;
     return this.run(0);
@@ -414,7 +448,7 @@ class NrgptWidget extends HTMLElement {
     token.engine = engine;
     if (this.runToken !== token) return release(engine);
     try {
-      const info = await engine.load(this.modelUrl, this.blob);
+      const info = await engine.load(this.modelUrl, this.blob, await engineChoice(this.getAttribute('engine')));
       if (this.runToken !== token) return release(engine);
       this.onLoaded(info);
     } catch (e) {
@@ -472,12 +506,11 @@ class NrgptWidget extends HTMLElement {
   // ------------------------------------------------------------ drawing
 
   /** Clears the text for a new run after `prompt`. */
-  begin(prompt, steps) {
+  begin(prompt) {
     this.chars = [];
     this.shown = 0;
     this.animating = [];
     this.selected = null;
-    this.steps = steps;
     this.$text.replaceChildren(el('span', 'prompt-text', prompt));
     this.$inspector.replaceChildren(el('p', 'hint', 'Each character settles over its steps; click one to see how.'));
     this.lastReveal = 0;

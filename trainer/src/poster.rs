@@ -91,11 +91,18 @@ impl Traced {
             Traced::Ebt(s) => s.push(token, opts),
         }
     }
-    /// A prompt's inside: an EBT only reads it (no thinking, as `generate_ebt`).
-    fn feed(&mut self, token: u32, opts: &StepOpts) -> nrgpt_core::Result<()> {
+    /// Reads the prompt and returns its last character's trace, as `sample`
+    /// does: an EBT thinks only after the last one.
+    fn prompt(&mut self, ids: &[u32], opts: &StepOpts) -> nrgpt_core::Result<TokenTrace> {
+        let Some((&last, inner)) = ids.split_last() else {
+            return Err(nrgpt_core::Error::Vocab("the prompt is empty".into()));
+        };
         match self {
-            Traced::Plain(s) => s.push(token, opts).map(drop),
-            Traced::Ebt(s) => s.feed(token),
+            Traced::Plain(s) => s.push_many(ids, opts),
+            Traced::Ebt(s) => {
+                s.feed(inner)?;
+                s.push(last, opts)
+            }
         }
     }
 }
@@ -109,13 +116,7 @@ pub fn trace(ck: &Checkpoint, prompt: &str, len: usize, sample: &SampleOpts, ste
         Traced::Plain(Box::new(Session::new(ck)?))
     };
     let ids = s.vocab().encode(prompt)?;
-    let Some((&last, inner)) = ids.split_last() else {
-        return Err(nrgpt_core::Error::Vocab("the prompt is empty".into()));
-    };
-    for &id in inner {
-        s.feed(id, step)?;
-    }
-    let mut tr = s.push(last, step)?;
+    let mut tr = s.prompt(&ids, step)?;
     let mut rng = Rng64::new(sample.seed);
     let mut chars = Vec::with_capacity(len);
     for i in 0..len {

@@ -209,6 +209,15 @@ for (const [mode, args] of Object.entries(MODES)) {
       await context.close();
     });
 
+    test(mode === 'webgpu' ? 'engine="webgpu" runs the WebGPU engine and writes the native text' : 'engine="webgpu" without WebGPU falls back to the CPU engine and says so', async () => {
+      const { context, page } = await open(server, '/fixtures/gpu.html');
+      await waitDone(page, 'gpu');
+      await assertText(page, 'gpu.html#gpu');
+      const backend = (await page.evaluate(() => window.__events.find((e) => e.type === 'load'))).detail.backend;
+      assert.equal(backend, mode === 'webgpu' ? 'WebGPU engine' : 'CPU engine (wasm)');
+      await context.close();
+    });
+
     test('the <iframe> embed writes the same text and fits its snippet height', async () => {
       const { context, page } = await open(server, '/fixtures/iframe.html');
       const frame = page.frame({ url: /embed\.html/ });

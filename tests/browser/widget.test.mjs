@@ -227,7 +227,7 @@ for (const [mode, args] of Object.entries(MODES)) {
       assert.equal(text, EXPECTED['pair.html#a'], 'the embed reads its settings from the URL (those of pair.html#a)');
       const content = await frame.evaluate(() => Math.ceil(document.documentElement.getBoundingClientRect().height));
       const box = await page.$eval('iframe', (f) => f.getBoundingClientRect().height);
-      assert.ok(content <= box && content >= box - 40, `the content (${content} px) fills the snippet's ${box} px without scrolling`);
+      assert.ok(content <= box && content >= box - 60, `the content (${content} px) fills the snippet's ${box} px without scrolling`);
       assert.equal(await page.evaluate(() => window.__embedHeight), content, 'the frame tells its parent its height');
       await context.close();
     });

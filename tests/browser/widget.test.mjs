@@ -218,6 +218,28 @@ for (const [mode, args] of Object.entries(MODES)) {
       await context.close();
     });
 
+    test('a model that cannot be fetched: an error event, and the reason inside the widget', async () => {
+      const { context, page } = await open(server, '/fixtures/lazy.html');
+      const message = await page.evaluate(() => new Promise((resolve) => {
+        const w = document.createElement('nrgpt-widget');
+        w.id = 'missing';
+        w.setAttribute('model', '/www/models/missing.safetensors');
+        w.setAttribute('loading', 'eager');
+        w.addEventListener('error', (e) => resolve(e.detail.message));
+        document.body.prepend(w);
+      }));
+      assert.match(message, /could not fetch .*missing\.safetensors: HTTP 404/);
+      assert.equal(await widgetState(page, 'missing'), 'error');
+      const shown = await page.$eval('#missing', (w) => {
+        const s = w.shadowRoot.querySelector('.status');
+        return { text: s.textContent, color: getComputedStyle(s).color, visible: s.getBoundingClientRect().height > 0 };
+      });
+      assert.equal(shown.text, message);
+      assert.ok(shown.visible, 'the message is on screen');
+      assert.equal(shown.color, 'rgb(179, 38, 30)', 'in the error colour');
+      await context.close();
+    });
+
     test('the <iframe> embed writes the same text and fits its snippet height', async () => {
       const { context, page } = await open(server, '/fixtures/iframe.html');
       const frame = await (await page.waitForSelector('iframe')).contentFrame();

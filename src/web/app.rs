@@ -11,10 +11,12 @@ use leptos::prelude::*;
 
 use super::chart::{show_char, CandidateTable, EnergyChart, TrajectoryChart};
 use super::client::Client;
+use super::explain::how_it_works;
 use super::ebt_chart::CandidateCurves;
 use super::gpu_probe::{probe, GpuProbe};
 use super::manifest::{self, ModelEntry};
 use super::protocol::{EngineChoice, FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
+use super::watch::{settling_char, Pace, Watch};
 
 thread_local! {
     static CLIENT: RefCell<Option<Client>> = const { RefCell::new(None) };
@@ -102,10 +104,12 @@ struct Ui {
     step: RwSignal<usize>,
     color: RwSignal<ColorMode>,
     gpu: RwSignal<GpuProbe>,
+    watch: Watch,
 }
 
 impl Ui {
     fn new() -> Self {
+        let (tokens, status) = (RwSignal::new(Vec::new()), RwSignal::new("Starting the inference worker…".into()));
         Self {
             models: RwSignal::new(Vec::new()),
             model_idx: RwSignal::new(0),
@@ -117,7 +121,7 @@ impl Ui {
             engine_pref: RwSignal::new(EnginePref::Auto),
             running: RwSignal::new(false),
             error: RwSignal::new(None),
-            status: RwSignal::new("Starting the inference worker…".into()),
+            status,
             cps: RwSignal::new(0.0),
             prompt: RwSignal::new("ROMEO:\n".into()),
             len: RwSignal::new("300".into()),
@@ -130,7 +134,7 @@ impl Ui {
             run: RwSignal::new(0),
             run_prompt: RwSignal::new(String::new()),
             t_start: RwSignal::new(0.0),
-            tokens: RwSignal::new(Vec::new()),
+            tokens,
             live: RwSignal::new(None),
             e_range: RwSignal::new((f32::INFINITY, f32::NEG_INFINITY)),
             selected: RwSignal::new(None),
@@ -139,6 +143,7 @@ impl Ui {
             step: RwSignal::new(0),
             color: RwSignal::new(ColorMode::Plain),
             gpu: RwSignal::new(GpuProbe::Checking),
+            watch: Watch::new(tokens, status),
         }
     }
 
@@ -199,7 +204,7 @@ impl Ui {
                 self.reading.set(None);
                 self.running.set(false);
                 let secs = (now_ms() - self.t_start.get_untracked()) / 1000.0;
-                self.status.set(format!(
+                self.watch.done(format!(
                     "{} {chars} characters in {secs:.1} s ({:.1} chars/s; worker {:.1} s).",
                     if stopped { "Stopped after" } else { "Generated" },
                     chars as f64 / secs.max(1e-9),
@@ -235,16 +240,18 @@ impl Ui {
                 *hi = hi.max(e);
             }
         });
-        self.tokens.update(|v| v.extend(new));
+        let n = self.tokens.with_untracked(|v| v.len()) + new.len();
+        let newest = new.last().cloned();
+        self.watch.enqueue(new);
         let now = now_ms();
-        let n = self.tokens.with_untracked(|v| v.len());
         let secs = (now - self.t_start.get_untracked()) / 1000.0;
         if secs > 0.0 {
             self.cps.set(n as f64 / secs);
         }
-        if last || now - LAST_LIVE.with(|l| l.get()) >= 120.0 {
+        // a chart redrawn more often than this only flickers
+        if last || now - LAST_LIVE.with(|l| l.get()) >= 400.0 {
             LAST_LIVE.with(|l| l.set(now));
-            let newest = self.tokens.with_untracked(|v| v.last().cloned());
+            let newest = newest.or_else(|| self.tokens.with_untracked(|v| v.last().cloned()));
             if self.selected.get_untracked().is_none() {
                 if let Some(t) = &newest {
                     self.step.set(t.steps_used);
@@ -260,6 +267,7 @@ impl Ui {
         // The old text's traces belong to the old model (and its inspector).
         stop_replay();
         PENDING.with(|p| p.borrow_mut().clear());
+        self.watch.clear();
         self.tokens.set(Vec::new());
         self.live.set(None);
         self.selected.set(None);
@@ -290,8 +298,12 @@ impl Ui {
                 gpu_trusted: false,
             },
             (EnginePref::Auto, GpuProbe::Adapter { software: false, .. }) => EngineChoice { cpu_because: None, gpu_trusted: true },
-            // no adapter: the worker finds none either and says why
-            (EnginePref::Auto, _) => EngineChoice::default(),
+            (EnginePref::Auto, GpuProbe::NoApi) => EngineChoice { cpu_because: Some("this browser offers no WebGPU".into()), gpu_trusted: false },
+            (EnginePref::Auto, GpuProbe::NoAdapter(why)) => {
+                EngineChoice { cpu_because: Some(format!("the browser gave no WebGPU adapter: {why}")), gpu_trusted: false }
+            }
+            // not probed yet (the page probes before it loads): let the worker look
+            (EnginePref::Auto, GpuProbe::Checking) => EngineChoice::default(),
         }
     }
 
@@ -366,6 +378,7 @@ impl Ui {
         // a long prompt fills the box: the new text must come into view anyway
         self.follow.set(true);
         PENDING.with(|p| p.borrow_mut().clear());
+        self.watch.clear();
         self.tokens.set(Vec::new());
         self.live.set(None);
         self.e_range.set((f32::INFINITY, f32::NEG_INFINITY));
@@ -530,11 +543,17 @@ pub fn App() -> impl IntoView {
         }
     });
 
+    // in slow motion the inspector follows the character settling in the text, step by step
+    let slow = move || ui.watch.pace.get() == Pace::Slow;
     let current = Signal::derive(move || match ui.selected.get() {
         Some(i) => ui.tokens.with(|v| v.get(i).cloned()),
+        None if slow() && ui.watch.busy() => ui.watch.settling.with(|s| s.as_ref().map(|(t, _)| t.clone())),
         None => ui.live.get(),
     });
-    let step = Signal::derive(move || ui.step.get());
+    let step = Signal::derive(move || match ui.watch.settling.get() {
+        Some((_, s)) if slow() && ui.selected.get().is_none() => s,
+        _ => ui.step.get(),
+    });
     // Where the last 40 characters settled: the basins the states fall into.
     let landscape = Signal::derive(move || {
         ui.tokens.with(|v| v.iter().rev().take(40).filter_map(|t| t.proj.last().copied()).collect::<Vec<_>>())
@@ -550,7 +569,7 @@ pub fn App() -> impl IntoView {
         }
     });
     let state = move || {
-        if ui.running.get() {
+        if ui.running.get() || ui.watch.busy() {
             "generating"
         } else if ui.loading.get() {
             "loading"
@@ -639,6 +658,7 @@ pub fn App() -> impl IntoView {
                     " — inference runs in a Web Worker. "
                     <span class="gpu-probe">{move || ui.gpu.with(|g| g.describe())}</span>
                 </p>
+                {how_it_works()}
             </header>
             <div class="layout">
                 // the app checks every field and names it; the browser's step checks refused 0.72 and 0.001
@@ -655,11 +675,18 @@ pub fn App() -> impl IntoView {
                                 }
                             }>
                             {move || ui.models.get().into_iter().enumerate().map(|(i, m)| {
-                                let text = format!("{} ({}, {} params)", m.name, m.arch, thousands(m.params));
+                                // short enough for the narrowest control column; the arch is in the details
+                                let text = format!("{} ({} params)", m.name, thousands(m.params));
                                 view! { <option value=i selected=move || ui.model_idx.get() == i>{text}</option> }
                             }).collect_view()}
                         </select>
-                        <small class="hint">{move || ui.models.with(|m| m.get(ui.model_idx.get()).map(|m| format!("{} ({})", m.description, mb(m.size as f64))))}</small>
+                        {move || ui.models.with(|m| m.get(ui.model_idx.get()).cloned()).map(|m| view! {
+                            <p class="hint model-summary">{m.summary.clone()}</p>
+                            <details class="hint model-details">
+                                <summary>"Details"</summary>
+                                {format!("{} ({}, {})", m.description, m.arch, mb(m.size as f64))}
+                            </details>
+                        })}
                     </label>
                     <label class="field wide" for="engine">
                         <span>"Engine"</span>
@@ -683,7 +710,10 @@ pub fn App() -> impl IntoView {
                             <progress id="download" max=move || ui.progress.get().1.max(1.0) value=move || ui.progress.get().0></progress>
                             <span id="load-phase">{move || match ui.phase.get() {
                                 Some(p) => p,
-                                None => { let (a, b) = ui.progress.get(); format!("Downloading {} of {}…", mb(a), mb(b)) }
+                                None => match ui.progress.get() {
+                                    (_, b) if b == 0.0 => "Finding the models…".to_string(),
+                                    (a, b) => format!("Downloading {} of {}…", mb(a), mb(b)),
+                                },
                             }}</span>
                         </div>
                     </Show>
@@ -715,8 +745,8 @@ pub fn App() -> impl IntoView {
                     </div>
                     <div class="buttons">
                         <button id="generate" type="submit" class="primary" prop:disabled=move || !can_generate()>"Generate"</button>
-                        <button id="stop" type="button" prop:disabled=move || !ui.running.get()
-                            on:click=move |_| send(ToWorker::Stop)>"Stop"</button>
+                        <button id="stop" type="button" prop:disabled=move || !ui.running.get() && !ui.watch.busy()
+                            on:click=move |_| { send(ToWorker::Stop); ui.watch.finish(); }>"Stop"</button>
                     </div>
                     <p id="status" class="status" aria-live="polite" data-cps=move || format!("{:.2}", ui.cps.get())>
                         {move || match ui.reading.get() {
@@ -732,6 +762,21 @@ pub fn App() -> impl IntoView {
                 <section class="panel text-panel" aria-labelledby="out-h">
                     <div class="panel-head">
                         <h2 id="out-h">"Text"</h2>
+                        <label class="pace" for="pace">
+                            "Watch "
+                            <select id="pace" name="pace" on:change=move |ev| {
+                                let pace = Pace::from_code(&event_target_value(&ev));
+                                if pace == Pace::Off {
+                                    ui.watch.finish();
+                                }
+                                ui.watch.pace.set(pace);
+                            }>
+                                {[(Pace::RealTime, "each character settle"), (Pace::Slow, "in slow motion (250 ms a step)"), (Pace::Off, "only the result")]
+                                    .into_iter()
+                                    .map(|(p, label)| view! { <option value=p.code() selected=move || ui.watch.pace.get() == p>{label}</option> })
+                                    .collect_view()}
+                            </select>
+                        </label>
                         <fieldset class="color-mode">
                             <legend>"Colour by"</legend>
                             {[(ColorMode::Plain, "none", "plain"), (ColorMode::Energy, "final energy", "energy"), (ColorMode::Steps, "steps used", "steps")]
@@ -752,6 +797,7 @@ pub fn App() -> impl IntoView {
                         style=move || { let (lo, hi) = ui.e_range.get(); format!("--emin:{};--erange:{}", if lo.is_finite() { lo } else { 0.0 }, (hi - lo).max(1e-3)) }>
                         <span class="prompt-text">{move || ui.run_prompt.get()}</span>
                         <For each=move || ui.tokens.get() key=token_key children=render_char />
+                        {settling_char(ui.watch, vocab)}
                         <span class="caret" class:on=move || ui.running.get() aria-hidden="true"></span>
                     </div>
                     <p class="legend">
@@ -807,11 +853,11 @@ pub fn App() -> impl IntoView {
                             <div class="figs">
                                 <figure>
                                     <EnergyChart token=current step=step />
-                                    <figcaption>"Energy E(t) of the state that chose this character, per descent step."</figcaption>
+                                    <figcaption>"How far the energy of the state that chose this character fell from where it started, per descent step (a hollow ring marks a rise)."</figcaption>
                                 </figure>
                                 <figure>
                                     <TrajectoryChart token=current step=step landscape=landscape />
-                                    <figcaption>"Its path on the readout's main plane (hollow: start). Grey: where recent characters settled."</figcaption>
+                                    <figcaption>"Its path seen from above: the hidden state on the two directions that matter most for the next character (hollow dot: start; bar: scale). Grey: where recent characters settled."</figcaption>
                                 </figure>
                             </div>
                         }.into_any()

@@ -52,7 +52,17 @@ pub fn energy_frame(lo: f32, hi: f32, pb: f32) -> impl IntoView {
     }
 }
 
-/// E(t) against the descent step t, one point per step (class `e-point`).
+/// Whether E rose from step t-1 to t by more than f32 round-off. A
+/// character's own step never raises its energy for a fixed context, but in
+/// the incremental engine the context's keys descend too, so its landscape
+/// moves under it and a rise can happen: the chart marks it, not hides it.
+pub fn rose(e: &[f32], t: usize) -> bool {
+    t > 0 && e[t] - e[t - 1] > 1e-5 * e[t - 1].abs().max(1.0)
+}
+
+/// E(t) - E(0) against the descent step t, one point per step (class
+/// `e-point`, and `rise` where it went up). Raw energies (-161, -909) mean
+/// little; how far a character fell from where it started does.
 #[component]
 pub fn EnergyChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -> impl IntoView {
     move || {
@@ -74,7 +84,9 @@ pub fn EnergyChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -> im
             return view! { <p class="placeholder">"This architecture has no energy: only the candidates change per step."</p> }.into_any();
         }
         let shown = step.get().min(e.len() - 1);
-        let (lo, hi) = e.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+        let e0 = e[0];
+        let (lo, hi) = e.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| (a.min(x - e0), b.max(x - e0)));
+        let e: Vec<f32> = e.iter().map(|x| x - e0).collect();
         let span = if hi - lo < 1e-6 { 1.0 } else { hi - lo };
         let (pl, pr, pt, pb) = PAD;
         let n = e.len();
@@ -87,10 +99,11 @@ pub fn EnergyChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -> im
         let rest = if shown + 1 < n { path(shown, n - 1) } else { String::new() };
         let points = (0..n)
             .map(|t| {
-                let label = format!("t = {t}: E = {}", fmt_value(e[t]));
+                let rise = rose(&e, t);
+                let label = format!("t = {t}: E(t) - E(0) = {}{}", fmt_value(e[t]), if rise { " (rose: the context moved)" } else { "" });
                 view! {
-                    <circle class="e-point" class:future={t > shown} class:current={t == shown}
-                        data-step=t cx=format!("{:.1}", x(t)) cy=format!("{:.1}", y(e[t])) r="4.5">
+                    <circle class="e-point" class:future={t > shown} class:current={t == shown} class:rise=rise
+                        data-step=t data-e=e[t].to_string() cx=format!("{:.1}", x(t)) cy=format!("{:.1}", y(e[t])) r="4.5">
                         <title>{label}</title>
                     </circle>
                 }
@@ -99,16 +112,25 @@ pub fn EnergyChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -> im
         let ticks = (0..n)
             .map(|t| view! { <text class="tick" x=format!("{:.1}", x(t)) y=EH - 10.0 text-anchor="middle">{t}</text> })
             .collect_view();
-        let label = format!("energy E(t) of {:?}, step {shown} of {}", tok.ch, n - 1);
+        let label = format!("energy of {:?} relative to its start, step {shown} of {}", tok.ch, n - 1);
+        let rises: Vec<usize> = (1..n).filter(|&t| rose(&e, t)).collect();
+        let rise_note = (!rises.is_empty()).then(|| {
+            let at = rises.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
+            format!(
+                "The energy rose at step {at}: the characters before this one were still settling, and this one reads their state at the same step, so its landscape moved under it. For a fixed context each step only goes down."
+            )
+        });
         view! {
             <svg class="chart energy" viewBox=format!("0 0 {EW} {EH}") role="img" aria-label=label>
                 {energy_frame(lo, hi, pb)}
+                <text class="axis-label" x=pl + 4.0 y=EH - pb - 4.0>"E(t) − E(0)"</text>
                 <text class="axis-label" x=EW - pr y=EH - 1.0 text-anchor="end">"step t"</text>
                 {ticks}
                 <path class="e-line future" d=rest />
                 <path class="e-line" d=done />
                 {points}
             </svg>
+            {rise_note.map(|n| view! { <p class="rise-note">{n}</p> })}
         }
         .into_any()
     }
@@ -128,9 +150,9 @@ pub fn TrajectoryChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>, l
         }
         let shown = step.get().min(p.len() - 1);
         let land = landscape.get();
-        let all = p.iter().chain(land.iter());
+        // scaled to this character's path: the basins of others may fall outside
         let (mut x0, mut x1, mut y0, mut y1) = (f32::INFINITY, f32::NEG_INFINITY, f32::INFINITY, f32::NEG_INFINITY);
-        for q in all {
+        for q in p {
             x0 = x0.min(q[0]);
             x1 = x1.max(q[0]);
             y0 = y0.min(q[1]);
@@ -138,7 +160,7 @@ pub fn TrajectoryChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>, l
         }
         // One scale for both axes: distances in the plane stay true.
         let side = (x1 - x0).max(y1 - y0).max(1e-6);
-        let (cx, cy, m) = ((x0 + x1) / 2.0, (y0 + y1) / 2.0, 16.0);
+        let (cx, cy, m) = ((x0 + x1) / 2.0, (y0 + y1) / 2.0, 22.0);
         let sx = |v: f32| TW / 2.0 + (v - cx) / side * (TW - 2.0 * m);
         let sy = |v: f32| TW / 2.0 - (v - cy) / side * (TW - 2.0 * m);
         let dots = land
@@ -159,8 +181,17 @@ pub fn TrajectoryChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>, l
             .collect_view();
         let end = p[shown];
         let label = format!("trajectory of {:?} on the readout plane", tok.ch);
+        // a scale bar of a round length, at most a third of the plot
+        let bar = nice_length(side / 3.0);
+        let bar_px = bar / side * (TW - 2.0 * m);
         Some(view! {
             <svg class="chart traj" viewBox=format!("0 0 {TW} {TW}") role="img" aria-label=label>
+                <line class="axis" x1="8" y1=TW - 8.0 x2=TW - 8.0 y2=TW - 8.0 />
+                <line class="axis" x1="8" y1="8" x2="8" y2=TW - 8.0 />
+                <text class="axis-label" x=TW - 10.0 y=TW - 12.0 text-anchor="end">"direction 1 →"</text>
+                <text class="axis-label" x="12" y="18">"↑ direction 2"</text>
+                <line class="scale-bar" x1=TW - 12.0 - bar_px y1="16" x2=TW - 12.0 y2="16" />
+                <text class="tick scale-label" x=TW - 12.0 y="30" text-anchor="end">{format!("{:.*}", (-bar.log10().floor()).max(0.0) as usize, bar)}</text>
                 {dots}
                 <polyline class="traj-path future" points=line(p.len() - 1) />
                 <polyline class="traj-path" points=line(shown) />
@@ -171,6 +202,12 @@ pub fn TrajectoryChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>, l
             </svg>
         })
     }
+}
+
+/// The largest 1, 2 or 5 times a power of ten that is at most `x`.
+fn nice_length(x: f32) -> f32 {
+    let p = 10f32.powf(x.max(1e-9).log10().floor());
+    [5.0, 2.0, 1.0].into_iter().map(|k| k * p).find(|&v| v <= x).unwrap_or(p)
 }
 
 /// The five most likely next characters at every step (softmax of the

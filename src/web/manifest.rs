@@ -11,6 +11,9 @@ pub struct ModelEntry {
     pub name: String,
     /// Relative to the manifest's folder.
     pub file: String,
+    /// One line in plain words: what this model is good for.
+    pub summary: String,
+    /// The details (size, training), shown on demand.
     pub description: String,
     pub arch: String,
     pub params: usize,

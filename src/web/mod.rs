@@ -5,11 +5,13 @@
 pub mod app;
 pub mod chart;
 pub mod client;
+pub mod explain;
 pub mod ebt_chart;
 pub mod fetch;
 pub mod gpu_probe;
 pub mod manifest;
 pub mod protocol;
+pub mod watch;
 pub mod worker;
 
 use wasm_bindgen::prelude::*;

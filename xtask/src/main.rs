@@ -205,6 +205,12 @@ fn browser_test_run(capture: bool) -> Result<String> {
     let expected = native_reference(DEFAULT_MODEL, TEST_PROMPT, TEST_LEN, &[])?;
     let long_prompt = long_prompt()?;
     let long_expected = native_reference(DEFAULT_MODEL, &long_prompt, LONG_TEST_LEN, &[])?;
+    // files, not the environment: a failed run prints its environment
+    let out_dir = root().join("tests/browser/out");
+    std::fs::create_dir_all(&out_dir)?;
+    let long_files = (out_dir.join("long-prompt.txt"), out_dir.join("long-expected.txt"));
+    std::fs::write(&long_files.0, &long_prompt)?;
+    std::fs::write(&long_files.1, &long_expected)?;
     let (ebt_steps, ebt_samples) = (EBT_TEST_STEPS.to_string(), EBT_TEST_SAMPLES.to_string());
     let ebt_expected = native_reference(EBT_MODEL, TEST_PROMPT, EBT_TEST_LEN, &["--steps", &ebt_steps, "--samples", &ebt_samples, "--verify", "min"])?;
     let listener = serve::bind(0)?;
@@ -223,9 +229,9 @@ fn browser_test_run(capture: bool) -> Result<String> {
         .env("TOP_K", TEST_TOP_K)
         .env("SEED", TEST_SEED)
         .env("EXPECTED_TEXT", &expected)
-        .env("LONG_PROMPT", &long_prompt)
+        .env("LONG_PROMPT_FILE", &long_files.0)
         .env("LONG_LEN", LONG_TEST_LEN.to_string())
-        .env("LONG_EXPECTED_TEXT", &long_expected)
+        .env("LONG_EXPECTED_FILE", &long_files.1)
         .env("EBT_CKPT", root().join(EBT_MODEL))
         .env("EBT_LEN", EBT_TEST_LEN.to_string())
         .env("EBT_STEPS", &ebt_steps)

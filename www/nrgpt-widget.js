@@ -15,11 +15,11 @@ function assetUrl(path) {
   return u.href;
 }
 
-// Two workers keep two widgets writing at once without tying up every core.
+// At least two workers, so two widgets write at once; a core is left to the page.
 const POOL_SIZE = Math.min(4, Math.max(2, (navigator.hardwareConcurrency || 2) - 1));
 const TRACE_VERSION = 1;
 const TOP_PER_STEP = 3;
-/// Reveal pace: a new character at most every CHAR_MS, each settling over its steps at STEP_MS a step.
+// Reveal pace: a new character at most every CHAR_MS, each settling over its steps at STEP_MS a step.
 const CHAR_MS = 28;
 const STEP_MS = 70;
 
@@ -35,7 +35,9 @@ function download(url, onProgress) {
     const tell = () => d.listeners.forEach((f) => f(d.loaded, d.total));
     d.promise = (async () => {
       // no-cache revalidates with the server, so a re-trained model is never served stale
-      const resp = await fetch(url, { cache: 'no-cache' });
+      const resp = await fetch(url, { cache: 'no-cache' }).catch((e) => {
+        throw new Error(`could not fetch ${url}: ${e.message}`);
+      });
       if (!resp.ok) throw new Error(`could not fetch ${url}: HTTP ${resp.status}`);
       d.total = Number(resp.headers.get('content-length')) || 0;
       const chunks = [];

@@ -211,6 +211,20 @@ for (const [mode, args] of Object.entries(MODES)) {
 
     test(mode === 'webgpu' ? 'engine="webgpu" runs the WebGPU engine and writes the native text' : 'engine="webgpu" without WebGPU falls back to the CPU engine and says so', async () => {
       const { context, page } = await open(server, '/fixtures/gpu.html');
+      if (mode === 'webgpu') {
+        // SwiftShader writes about 9 characters a second: slow enough to pause a run in flight
+        await page.waitForFunction(() => document.getElementById('gpu').text.length >= 8, null, { timeout: RUN_TIMEOUT });
+        await page.$eval('#gpu', (w) => { w.hidden = true; });
+        await page.waitForFunction(() => document.getElementById('gpu').getAttribute('state') === 'paused');
+        await page.waitForTimeout(500); // the character in flight when it paused
+        // what the worker has sent (received, shown or not): nothing more while paused
+        const received = () => page.$eval('#gpu', (w) => w.chars.length);
+        const r1 = await received();
+        await page.waitForTimeout(2000);
+        assert.equal(await received(), r1, 'the worker stopped writing while the widget is out of view');
+        assert.ok(r1 < 40, `paused mid-run (${r1} characters received)`);
+        await page.$eval('#gpu', (w) => { w.hidden = false; });
+      }
       await waitDone(page, 'gpu');
       await assertText(page, 'gpu.html#gpu');
       const backend = (await page.evaluate(() => window.__events.find((e) => e.type === 'load'))).detail.backend;

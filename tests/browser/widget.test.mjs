@@ -269,7 +269,7 @@ for (const [mode, args] of Object.entries(MODES)) {
   });
 }
 
-describe('widget (host page styles)', () => {
+describe('widget (host page styles, themes, no scripts)', () => {
   let browser, server;
   before(async () => {
     browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: MODES['cpu-fallback'] });
@@ -305,5 +305,34 @@ describe('widget (host page styles)', () => {
     assert.deepEqual(differ, [], 'every element inside computes the same style');
     assert.ok(hostile.shot.equals(plain.shot), 'the widget looks the same pixel for pixel');
     assert.ok(!plain.styles.some((s) => s.includes('rgb(255, 0, 0)')));
+  });
+
+  test('theme: light, dark, and auto following the reader\'s colour scheme', async () => {
+    const context = await browser.newContext({ colorScheme: 'dark' });
+    const page = await context.newPage();
+    await page.goto(server.url + '/fixtures/styled.html');
+    await page.waitForFunction(() => document.getElementById('w')?.dataset.poster);
+    const look = (theme) => page.$eval('#w', (w, theme) => {
+      if (theme) w.setAttribute('theme', theme); else w.removeAttribute('theme');
+      const s = getComputedStyle(w.shadowRoot.querySelector('.box'));
+      return `${s.backgroundColor} ${s.color}`;
+    }, theme);
+    const [light, dark, auto] = [await look('light'), await look('dark'), await look(null)];
+    assert.equal(light, 'rgb(255, 253, 248) rgb(31, 29, 26)');
+    assert.equal(dark, 'rgb(29, 27, 32) rgb(236, 230, 240)');
+    assert.equal(auto, dark, 'auto follows prefers-color-scheme: dark');
+    await context.close();
+  });
+
+  test('the blog demo reads without scripts: the article and a line where each widget would be', async () => {
+    const context = await browser.newContext({ javaScriptEnabled: false });
+    const page = await context.newPage();
+    await page.goto(server.url + '/www/blog-demo.html');
+    assert.equal(await page.textContent('h1'), 'Language models that settle');
+    const fallbacks = await page.$$eval('nrgpt-widget .fallback', (ps) => ps.map((p) => p.getBoundingClientRect().height > 0));
+    assert.deepEqual(fallbacks, [true, true, true], 'each widget\'s fallback line is shown');
+    assert.ok((await page.$$eval('article p', (ps) => ps.length)) >= 8, 'the article\'s paragraphs are there');
+    await page.screenshot({ path: path.join(OUT, 'widget-blog-demo-no-js.png') });
+    await context.close();
   });
 });

@@ -324,13 +324,20 @@ describe('widget (host page styles, themes, no scripts)', () => {
     await context.close();
   });
 
-  test('the blog demo reads without scripts: the article and a line where each widget would be', async () => {
+  test('the blog demo reads without scripts: the article, and each widget\'s recorded text in its place', async () => {
     const context = await browser.newContext({ javaScriptEnabled: false });
     const page = await context.newPage();
     await page.goto(server.url + '/www/blog-demo.html');
     assert.equal(await page.textContent('h1'), 'Language models that settle');
-    const fallbacks = await page.$$eval('nrgpt-widget .fallback', (ps) => ps.map((p) => p.getBoundingClientRect().height > 0));
-    assert.deepEqual(fallbacks, [true, true, true], 'each widget\'s fallback line is shown');
+    const fallbacks = await page.$$eval('nrgpt-widget', (ws) => ws.map((w) => {
+      const p = w.querySelector('.fallback');
+      return { id: w.id, prompt: w.getAttribute('prompt'), text: p.textContent, shown: p.getBoundingClientRect().height > 0 };
+    }));
+    assert.equal(fallbacks.length, 3);
+    for (const f of fallbacks) {
+      assert.ok(f.shown, `${f.id}: the fallback is shown`);
+      assert.equal(f.text, f.prompt + EXPECTED[`blog-demo.html#${f.id}`], `${f.id}: the fallback is the recorded run, the native text`);
+    }
     assert.ok((await page.$$eval('article p', (ps) => ps.length)) >= 8, 'the article\'s paragraphs are there');
     await page.screenshot({ path: path.join(OUT, 'widget-blog-demo-no-js.png') });
     await context.close();

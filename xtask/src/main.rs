@@ -299,16 +299,20 @@ fn make_dist() -> Result<String> {
     Ok(hash)
 }
 
-/// Records each blog-demo widget's poster (`trainer sample --trace`) into www/.
+/// Records each blog-demo widget's poster (`trainer sample --trace`) into
+/// www/, and puts its text in the widget's fallback for readers without scripts.
 fn posters() -> Result<()> {
     let page = root().join(BLOG_DEMO);
+    let mut html = std::fs::read_to_string(&page).with_context(|| format!("reading {BLOG_DEMO}"))?;
     for w in widgets::widgets_in(&root(), &page)? {
         let Some(poster) = w.attrs.get("poster") else { continue };
         let file = page.parent().context("the demo is in www/")?.join(poster);
         say(&format!("recording {}'s poster into {}", w.key, file.display()));
-        w.reference(&root(), Some(&file))?;
+        let text = w.reference(&root(), Some(&file))?;
+        let id = w.key.rsplit('#').next().unwrap_or_default();
+        html = widgets::with_fallback(&html, id, &format!("{}{text}", w.attrs["prompt"]))?;
     }
-    Ok(())
+    std::fs::write(&page, html).with_context(|| format!("writing {BLOG_DEMO}"))
 }
 
 fn serve(port: u16) -> Result<()> {

@@ -71,6 +71,21 @@ pub fn widgets_in(root: &Path, html: &Path) -> Result<Vec<Widget>> {
     Ok(out)
 }
 
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// `html` with the `<pre class="fallback">` inside widget `id` holding `text`:
+/// what a reader without scripts sees in its place.
+pub fn with_fallback(html: &str, id: &str, text: &str) -> Result<String> {
+    const OPEN: &str = "<pre class=\"fallback\">";
+    let start = html.find(&format!("<nrgpt-widget id=\"{id}\"")).with_context(|| format!("no <nrgpt-widget id=\"{id}\">"))?;
+    let close = start + html[start..].find("</nrgpt-widget>").with_context(|| format!("widget {id} is not closed"))?;
+    let open = start + html[start..close].find(OPEN).with_context(|| format!("widget {id} has no {OPEN}"))? + OPEN.len();
+    let end = open + html[open..close].find("</pre>").with_context(|| format!("widget {id}'s fallback is not closed"))?;
+    Ok(format!("{}{}{}", &html[..open], escape(text), &html[end..]))
+}
+
 impl Widget {
     fn attr(&self, name: &str) -> &str {
         self.attrs.get(name).map(String::as_str).unwrap_or_default()
@@ -111,6 +126,14 @@ impl Widget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writes_the_fallback_of_one_widget() {
+        let html = "<nrgpt-widget id=\"a\"><pre class=\"fallback\">old</pre></nrgpt-widget><nrgpt-widget id=\"b\"><pre class=\"fallback\">x</pre></nrgpt-widget>";
+        let out = with_fallback(html, "b", "R:\n<a & b>").unwrap();
+        assert_eq!(out, html.replace(">x<", ">R:\n&lt;a &amp; b&gt;<"));
+        assert!(with_fallback(html, "c", "t").is_err());
+    }
 
     #[test]
     fn reads_a_tag_with_defaults_entities_and_bare_attributes() {

@@ -261,17 +261,21 @@ impl Ui {
         }
     }
 
-    fn load_model(self, idx: usize) {
+    /// Loads model `idx`; `keep_text` when only the engine changes, so the
+    /// text and its traces (the same weights' descent) stay to be inspected.
+    fn load_model(self, idx: usize, keep_text: bool) {
         let Some(entry) = self.models.with_untracked(|m| m.get(idx).cloned()) else { return };
         self.model_idx.set(idx);
-        // The old text's traces belong to the old model (and its inspector).
         stop_replay();
         PENDING.with(|p| p.borrow_mut().clear());
-        self.watch.clear();
-        self.tokens.set(Vec::new());
-        self.live.set(None);
-        self.selected.set(None);
-        self.run_prompt.set(String::new());
+        self.watch.finish();
+        if !keep_text {
+            // The old text's traces belong to the old model (and its inspector).
+            self.tokens.set(Vec::new());
+            self.live.set(None);
+            self.selected.set(None);
+            self.run_prompt.set(String::new());
+        }
         self.info.set(None);
         self.loading.set(true);
         self.error.set(None);
@@ -534,7 +538,7 @@ pub fn App() -> impl IntoView {
         match manifest::load().await {
             Ok(models) => {
                 ui.models.set(models);
-                ui.load_model(0);
+                ui.load_model(0, false);
             }
             Err(e) => {
                 ui.loading.set(false);
@@ -671,7 +675,7 @@ pub fn App() -> impl IntoView {
                         <select id="model" name="model" prop:disabled=move || ui.running.get()
                             on:change=move |ev| {
                                 if let Ok(i) = event_target_value(&ev).parse() {
-                                    ui.load_model(i)
+                                    ui.load_model(i, false)
                                 }
                             }>
                             {move || ui.models.get().into_iter().enumerate().map(|(i, m)| {
@@ -698,7 +702,7 @@ pub fn App() -> impl IntoView {
                                     _ => EnginePref::Auto,
                                 };
                                 ui.engine_pref.set(pref);
-                                ui.load_model(ui.model_idx.get_untracked());
+                                ui.load_model(ui.model_idx.get_untracked(), true);
                             }>
                             <option value="auto" selected=move || ui.engine_pref.get() == EnginePref::Auto>"Auto: the fastest here"</option>
                             <option value="webgpu" selected=move || ui.engine_pref.get() == EnginePref::WebGpu>"WebGPU"</option>

@@ -138,14 +138,16 @@ for (const [mode, args] of Object.entries(MODES)) {
       for (const id of ids) {
         await page.$eval(`#${id}`, (w) => w.scrollIntoView({ block: 'center' }));
         const t0 = Date.now();
+        if (id === 'nrgpt') {
+          // the README's picture: the widget's head in view, characters still settling
+          await page.$eval(`#${id}`, (w) => window.scrollBy(0, w.getBoundingClientRect().top - 140));
+          await page.waitForFunction(() => document.getElementById('nrgpt').text.length >= 150, null, { timeout: RUN_TIMEOUT });
+          await page.screenshot({ path: path.join(OUT, `widget-blog-demo-${mode}.png`) });
+        }
         await waitDone(page, id);
         const status = await page.$eval(`#${id}`, (w) => w.shadowRoot.querySelector('.status').textContent);
         console.log(`[${mode}] ${id}: ${status} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
         await assertText(page, `blog-demo.html#${id}`);
-        if (id === 'nrgpt') {
-          await page.$eval(`#${id}`, (w) => window.scrollBy(0, w.getBoundingClientRect().top - 140));
-          await page.screenshot({ path: path.join(OUT, `widget-blog-demo-${mode}.png`) });
-        }
       }
       // the full layout's inspector: one energy curve per guess, the kept one drawn thicker
       const ebt = await page.$eval('#ebt', (w) => [...w.shadowRoot.querySelectorAll('svg.energy polyline')].map((p) => ({

@@ -94,10 +94,22 @@ async function engineChoice(pref) {
 
 let nextRun = 1;
 
+/**
+ * A worker's script must come from the page's origin. From a CDN, a
+ * same-origin blob: module imports it instead (the CDN must send CORS
+ * headers, and a page's CSP must allow worker-src blob:).
+ */
+function startWorker() {
+  const url = assetUrl('worker.js');
+  if (new URL(url).origin === location.origin) return new Worker(url, { type: 'module' });
+  const shim = new Blob([`import ${JSON.stringify(url)};`], { type: 'text/javascript' });
+  return new Worker(URL.createObjectURL(shim), { type: 'module' });
+}
+
 /** One inference worker; held by one widget at a time. */
 class Engine {
   constructor() {
-    this.worker = new Worker(assetUrl('worker.js'), { type: 'module' });
+    this.worker = startWorker();
     this.model = null;
     this.info = null;
     this.listener = null;
@@ -446,7 +458,14 @@ class NrgptWidget extends HTMLElement {
     const token = {};
     this.runToken = token;
     this.setState('running');
-    const engine = await acquire(this.modelUrl);
+    let engine;
+    try {
+      engine = await acquire(this.modelUrl);
+    } catch (e) {
+      // a worker that cannot even be constructed (a cross-origin script the page may not run)
+      if (this.runToken === token) this.runToken = null;
+      return this.fail(`could not start the inference worker: ${e.message}`);
+    }
     token.engine = engine;
     if (this.runToken !== token) return release(engine);
     try {

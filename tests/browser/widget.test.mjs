@@ -31,7 +31,7 @@ const MIME = {
 };
 
 /** A static file server on 127.0.0.1 that logs every request; `csp` adds the header to every response. */
-function staticServer({ csp }) {
+function staticServer({ csp, cors = false }) {
   const requests = [];
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://x');
@@ -45,6 +45,7 @@ function staticServer({ csp }) {
     }
     const headers = { 'Content-Type': MIME[path.extname(file)] ?? 'application/octet-stream', 'Cache-Control': 'no-cache', 'Content-Length': fs.statSync(file).size };
     if (csp) headers['Content-Security-Policy'] = CSP;
+    if (cors) headers['Access-Control-Allow-Origin'] = '*';
     res.writeHead(200, headers);
     if (req.method === 'HEAD') return res.end();
     fs.createReadStream(file).pipe(res);
@@ -93,8 +94,7 @@ async function waitDone(page, id, timeout = RUN_TIMEOUT) {
   if (state === 'error') assert.fail(`widget ${id}: ${await page.$eval(`#${id}`, (w) => w.shadowRoot.querySelector('.status').textContent)}`);
 }
 
-async function assertText(page, key) {
-  const id = key.split('#')[1];
+async function assertText(page, key, id = key.split('#')[1]) {
   const expected = EXPECTED[key];
   assert.ok(expected, `no native reference for ${key}`);
   const seen = await shownText(page, id);
@@ -254,6 +254,31 @@ for (const [mode, args] of Object.entries(MODES)) {
       assert.ok(shown.visible, 'the message is on screen');
       assert.equal(shown.color, 'rgb(179, 38, 30)', 'in the error colour');
       await context.close();
+    });
+
+    test('from another origin (a CDN with CORS): the script tag alone works', async () => {
+      const cdn = await staticServer({ csp: false, cors: true });
+      try {
+        const own = server.requests.length;
+        const { context, page } = await open(server, '/fixtures/blank.html');
+        await page.evaluate((cdn) => {
+          const w = document.createElement('nrgpt-widget');
+          Object.entries({ id: 'cdn', model: `${cdn}/www/models/default.safetensors`, prompt: 'ROMEO:', length: '120', 'top-k': '20', seed: '1', loading: 'eager', autoplay: '' })
+            .forEach(([k, v]) => w.setAttribute(k, v));
+          document.body.append(w);
+          const script = document.createElement('script');
+          script.type = 'module';
+          script.src = `${cdn}/www/nrgpt-widget.js`;
+          document.head.append(script);
+        }, cdn.url);
+        await waitDone(page, 'cdn');
+        await assertText(page, 'pair.html#a', 'cdn');
+        assert.ok(cdn.requests.some((r) => r.path === '/www/worker.js'), 'the worker came from the CDN');
+        assert.deepEqual(server.requests.slice(own).map((r) => r.path), ['/fixtures/blank.html'], 'nothing but the page from its own server');
+        await context.close();
+      } finally {
+        await cdn.close();
+      }
     });
 
     test('the <iframe> embed writes the same text and fits its snippet height', async () => {

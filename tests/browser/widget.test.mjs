@@ -246,6 +246,8 @@ for (const [mode, args] of Object.entries(MODES)) {
       }));
       assert.match(message, /could not fetch .*missing\.safetensors: HTTP 404/);
       assert.equal(await widgetState(page, 'missing'), 'error');
+      // the error may come before the widget's stylesheet (the box shows once it is in)
+      await page.waitForFunction(() => document.getElementById('missing').shadowRoot.querySelector('.status').getBoundingClientRect().height > 0, null, { timeout: 10_000 });
       const shown = await page.$eval('#missing', (w) => {
         const s = w.shadowRoot.querySelector('.status');
         return { text: s.textContent, color: getComputedStyle(s).color, visible: s.getBoundingClientRect().height > 0 };

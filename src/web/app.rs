@@ -430,6 +430,28 @@ fn stop_replay() {
     });
 }
 
+/// How many prompt characters the marked copy shows around the first unknown one.
+const MARKED_SHOWN: usize = 240;
+
+/// The prompt again, below the box (a textarea cannot mark its own text),
+/// with every character outside the vocabulary marked where it stands.
+fn marked_prompt(ui: Ui) -> impl IntoView {
+    let known: std::collections::HashSet<char> = ui.info.with(|i| i.as_ref().map(|i| i.vocab.chars().collect()).unwrap_or_default());
+    let chars: Vec<char> = ui.prompt.get().chars().collect();
+    let first = chars.iter().position(|c| !known.contains(c)).unwrap_or(0);
+    let start = first.saturating_sub(MARKED_SHOWN / 4);
+    let end = (start + MARKED_SHOWN).min(chars.len());
+    let pieces = chars[start..end]
+        .iter()
+        .map(|&c| if known.contains(&c) { view! { {c.to_string()} }.into_any() } else { view! { <mark>{c.to_string()}</mark> }.into_any() })
+        .collect_view();
+    view! {
+        <p class="marked-prompt" aria-hidden="true">
+            {(start > 0).then_some("…")}{pieces}{(end < chars.len()).then_some("…")}
+        </p>
+    }
+}
+
 /// Moves the keyboard focus to generated character `i`.
 fn focus_char(i: usize) {
     use wasm_bindgen::JsCast;
@@ -733,6 +755,7 @@ pub fn App() -> impl IntoView {
                                 }
                             }></textarea>
                         <small class="hint bad" role="alert">{move || ui.prompt_problem()}</small>
+                        {move || ui.prompt_problem().is_some().then(|| marked_prompt(ui))}
                     </label>
                     <div class="grid">
                         {num_input("len", "Length", ui.len, "1", "1")}

@@ -189,6 +189,11 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       const all = await page.textContent('.hint.bad');
       for (const c of ['é', '—', 'ï', '☃']) assert.ok(all.includes(`'${c}'`), `the hint lists ${c}: ${all}`);
       assert.match(all, /^4 characters are not in this model's vocabulary/);
+      // and marked where they stand, in a copy of the prompt under the box
+      const marks = await page.$$eval('.marked-prompt mark', (ms) => ms.map((m) => [m.textContent, getComputedStyle(m).backgroundColor]));
+      assert.deepEqual(marks.map(([c]) => c), ['é', '—', 'ï', '☃', 'é']);
+      assert.ok(marks.every(([, bg]) => bg !== 'rgba(0, 0, 0, 0)'), 'the marks are visible');
+      assert.equal(await page.textContent('.marked-prompt'), 'Café — naïve ☃ café');
     });
 
     test('error messages follow the fields: none stays once its cause is fixed', async () => {

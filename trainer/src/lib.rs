@@ -13,6 +13,7 @@ pub mod fast;
 pub mod files;
 pub mod net;
 pub mod optim;
+pub mod poster;
 pub mod resume;
 pub mod think_plan;
 pub mod thinking_table;

@@ -287,6 +287,9 @@ struct SampleArgs {
     /// EBT: stop a candidate's thinking once its energy changes by less than this.
     #[arg(long, value_parser = non_negative_f32)]
     early_exit: Option<f32>,
+    /// Also write the run's per-character trace (JSON) for the widget's poster.
+    #[arg(long)]
+    trace: Option<PathBuf>,
 }
 
 fn parse_norm(s: &str) -> Result<NormKind, String> {
@@ -595,13 +598,20 @@ fn main() -> Result<()> {
         Cmd::Sample(a) => {
             let ck = load_ckpt(&a.ckpt)?;
             let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
+            let ebt = EbtThinkOpts { samples: a.samples, verify: a.verify, accept_lower: a.accept_lower, seed: a.seed };
+            let step = StepOpts { steps: a.steps, early_exit: a.early_exit, ebt };
             let text = if ck.config.arch == Arch::Ebt {
-                let ebt = EbtThinkOpts { samples: a.samples, verify: a.verify, accept_lower: a.accept_lower, seed: a.seed };
-                let step = StepOpts { steps: a.steps, early_exit: a.early_exit, ebt };
                 generate_ebt(&mut EbtSession::new(&ck)?, &a.prompt, a.len, &opts, &step)?
             } else {
                 generate(&ck.model()?, &ck.vocab, &a.prompt, a.len, &opts)?
             };
+            if let Some(path) = &a.trace {
+                let recorded = trainer::poster::trace(&ck, &a.prompt, a.len, &opts, &step)?;
+                // The poster stands in for the live run: it must be the same text.
+                anyhow::ensure!(recorded.text == text, "the traced run wrote {:?}, sample wrote {text:?}", recorded.text);
+                let json = serde_json::to_string(&recorded).context("serialising the trace")?;
+                std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+            }
             if json {
                 return print_json(&SampleReport { prompt: a.prompt, text });
             }

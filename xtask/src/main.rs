@@ -8,8 +8,10 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 mod bench;
+mod dist;
 mod plot;
 mod serve;
+mod widgets;
 
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
 /// The shipped default checkpoint.
@@ -34,6 +36,11 @@ const EBT_MODEL: &str = "www/models/ebt.safetensors";
 const EBT_TEST_LEN: usize = 40;
 const EBT_TEST_STEPS: usize = 4;
 const EBT_TEST_SAMPLES: usize = 4;
+/// The blog demo: its widgets' settings are the posters' and the widget test's.
+const BLOG_DEMO: &str = "www/blog-demo.html";
+/// The widget test's own pages (a pair, a lazy one, a host stylesheet), served at /fixtures/.
+const WIDGET_FIXTURES: &str = "tests/browser/fixtures";
+const DIST_DIR: &str = "dist";
 
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
@@ -171,8 +178,11 @@ fn long_prompt() -> Result<String> {
     Ok(val)
 }
 
+/// The page's test, then the widget's even when the page's failed (they test different things).
 fn browser_test() -> Result<()> {
-    browser_test_run(false).map(|_| ())
+    let page = browser_test_run(false);
+    let widget = widget_test();
+    page.and(widget)
 }
 
 /// The browser test with its report captured (the bench reads the page speed from it).
@@ -240,6 +250,71 @@ fn browser_test_run(capture: bool) -> Result<String> {
     Ok(text)
 }
 
+/// Every widget of the blog demo and of the widget test's pages, with its settings.
+fn test_widgets() -> Result<Vec<widgets::Widget>> {
+    let mut pages = vec![root().join(BLOG_DEMO)];
+    for e in std::fs::read_dir(root().join(WIDGET_FIXTURES)).context("listing the widget fixtures")? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "html") {
+            pages.push(p);
+        }
+    }
+    pages.sort();
+    let mut all = Vec::new();
+    for p in pages {
+        all.extend(widgets::widgets_in(&root(), &p)?);
+    }
+    Ok(all)
+}
+
+/// The widget test: `dist/` on a plain static server inside the test (node),
+/// each widget's text against `trainer sample`'s for its settings.
+fn widget_test() -> Result<()> {
+    let hash = make_dist()?;
+    let mut expected = serde_json::Map::new();
+    let mut by_settings = std::collections::HashMap::new();
+    for w in test_widgets()? {
+        let args = w.sample_args().join(" ");
+        if !by_settings.contains_key(&args) {
+            say(&format!("native reference for {} (trainer sample {args})", w.key));
+            by_settings.insert(args.clone(), w.reference(&root(), None)?);
+        }
+        expected.insert(w.key.clone(), by_settings[&args].clone().into());
+    }
+    say(&format!("widget test: dist/ (build {hash}) on a static server, headless chromium with and without WebGPU"));
+    run(Command::new("node")
+        .args(["--test", "--test-reporter=spec", "--test-concurrency=1", "tests/browser/widget.test.mjs"])
+        .env("DIST_DIR", root().join(DIST_DIR))
+        .env("FIXTURES_DIR", root().join(WIDGET_FIXTURES))
+        .env("WIDGET_EXPECTED", serde_json::Value::Object(expected).to_string())
+        .env("OUT_DIR", root().join("tests/browser/out")))
+}
+
+/// Builds the page and writes dist/.
+fn make_dist() -> Result<String> {
+    build_web()?;
+    say(&format!("writing the static site into {DIST_DIR}/"));
+    let hash = dist::write(&root(), &root().join(DIST_DIR))?;
+    eprintln!("    build {hash}: serve {DIST_DIR}/ with any static server; the blog demo is {DIST_DIR}/{BLOG_DEMO}");
+    Ok(hash)
+}
+
+/// Records each blog-demo widget's poster (`trainer sample --trace`) into
+/// www/, and puts its text in the widget's fallback for readers without scripts.
+fn posters() -> Result<()> {
+    let page = root().join(BLOG_DEMO);
+    let mut html = std::fs::read_to_string(&page).with_context(|| format!("reading {BLOG_DEMO}"))?;
+    for w in widgets::widgets_in(&root(), &page)? {
+        let Some(poster) = w.attrs.get("poster") else { continue };
+        let file = page.parent().context("the demo is in www/")?.join(poster);
+        say(&format!("recording {}'s poster into {}", w.key, file.display()));
+        let text = w.reference(&root(), Some(&file))?;
+        let id = w.key.rsplit('#').next().unwrap_or_default();
+        html = widgets::with_fallback(&html, id, &format!("{}{text}", w.attrs["prompt"]))?;
+    }
+    std::fs::write(&page, html).with_context(|| format!("writing {BLOG_DEMO}"))
+}
+
 fn serve(port: u16) -> Result<()> {
     build_web()?;
     let listener = serve::bind(port)?;
@@ -263,10 +338,17 @@ fn main() -> Result<()> {
             serve(port)
         }
         "test-browser" => browser_test(),
+        "test-widget" => {
+            ensure_chromium()?;
+            run(Command::new("npm").args(["ci", "--no-audit", "--no-fund", "--prefix", "tests/browser"]))?;
+            widget_test()
+        }
+        "dist" => make_dist().map(drop),
+        "posters" => posters(),
         "bench" => bench::bench(args.iter().any(|a| a == "--smoke")),
         "torch-check" => bench::torch_check(),
         _ => bail!(
-            "usage: cargo xtask <test|serve|test-browser>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser test (builds the page, drives headless chromium)\n  bench         measure quality, trainer speed, decode and page speed; write BENCH.md (--smoke: a tiny run that checks the bench works)\n  torch-check   only the bench's check that the PyTorch EBT twin computes our trainer's loss and gradient norm"
+            "usage: cargo xtask <test|serve|test-browser|test-widget|dist|posters|bench|torch-check>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser tests: the page, then the widget (builds the page, drives headless chromium)\n  test-widget   only the widget test: dist/ on a static server, the blog demo, CSP, host styles, sharing, lazy loading\n  dist          build the static site into dist/ (page, widget, wasm, worker, models, blog demo)\n  posters       record the blog demo widgets' posters (trainer sample --trace) into www/posters/\n  bench         measure quality, trainer speed, decode and page speed; write BENCH.md (--smoke: a tiny run that checks the bench works)\n  torch-check   only the bench's check that the PyTorch EBT twin computes our trainer's loss and gradient norm"
         ),
     }
 }

@@ -12,7 +12,7 @@ use nrgpt_core::scalar::{act3, norm_row};
 use nrgpt_core::session::{EbtThinkOpts, TokenTrace};
 use nrgpt_core::{Error, ModelConfig, NormKind, Result};
 
-use crate::cpu_decoder::{matvec, matvec_t};
+use crate::cpu_decoder::{dot, matvec, matvec_t};
 
 pub struct EbtDecoder {
     cfg: ModelConfig,
@@ -53,10 +53,6 @@ fn norm_vjp(kind: NormKind, n: &Normed, gamma: &[f32], v: &[f32]) -> Vec<f32> {
         NormKind::RmsNorm => 0.0,
     };
     u.iter().zip(&n.xh).map(|(ui, xi)| (ui - mean_u - xi * mean_uxh) * n.rs).collect()
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 fn add(a: &mut [f32], b: &[f32]) {

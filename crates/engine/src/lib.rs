@@ -264,3 +264,31 @@ impl Decoder {
         self.decode(&all).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A descent that overflows stops the run with the core's message instead
+    /// of handing a NaN trace to the sampler (the page shows it as the run's
+    /// error). The reader refuses such weights and no in-bounds file was found
+    /// that overflows (docs/reliability.md), so the weights are changed after loading.
+    #[test]
+    fn a_non_finite_trace_stops_the_decoder_with_a_message() {
+        let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../www/models/small.safetensors")).unwrap();
+        let mut dec = pollster::block_on(Decoder::new(&bytes, DecoderOpts { force_cpu: true, ..Default::default() })).unwrap();
+        let opts = StepOpts::default();
+        pollster::block_on(dec.push(3, &opts)).expect("the shipped model decodes");
+        let Runner::Cpu(cpu) = &dec.runner else { panic!("force_cpu gives the CPU engine") };
+        let mut p = cpu.params().clone();
+        let ff = p.block().ff_scale;
+        p.w[ff][0] = f32::INFINITY;
+        dec.runner = Runner::Cpu(CpuDecoder::new(p, dec.steps));
+        dec.reset();
+        match pollster::block_on(dec.push(3, &opts)) {
+            Err(Error::NonFinite(m)) => assert!(m.contains("generation stopped"), "{m}"),
+            Err(e) => panic!("another error: {e}"),
+            Ok(t) => panic!("a non-finite state came back as a trace: {:?}", &t.logits[..3]),
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! `cargo xtask dist`: a self-contained static site in `dist/` (the page, the
+//! widget with its worker and wasm, the models, posters, the embed page and
+//! the blog demo) that any static file server can publish. Every code asset
+//! is requested with `?v=<content hash>`, so a new release never runs stale
+//! code from a cache; models are revalidated (the page keys its Cache API on
+//! the server's validator, the widget fetches with `no-cache`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+/// URL strings that name another asset, per file, and what they become.
+/// Each must occur exactly once, so a changed file fails the build instead of
+/// silently shipping an unversioned URL.
+const VERSIONED: [(&str, &str); 6] = [
+    ("www/nrgpt-widget.js", "const BUILD = 'dev';"),
+    ("www/worker.js", "'./pkg/nrgpt_web.js'"),
+    ("www/pkg/nrgpt_web.js", "'nrgpt_web_bg.wasm'"),
+    ("www/blog-demo.html", "src=\"nrgpt-widget.js\""),
+    ("www/embed.html", "src=\"nrgpt-widget.js\""),
+    ("www/embed.html", "src=\"embed.js\""),
+];
+/// index.html imports the page's module twice (preload and import).
+const INDEX_MODULE: &str = "www/pkg/nrgpt_web.js";
+
+/// FNV-1a, 64 bits: a cache key, not a security measure.
+fn fnv(bytes: &[u8], mut h: u64) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let p = e?.path();
+        if p.is_dir() {
+            files_under(&p, out)?;
+        } else {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+fn versioned(text: &str, from: &str, hash: &str, file: &str) -> Result<String> {
+    let to = if from.starts_with("const BUILD") {
+        format!("const BUILD = '{hash}';")
+    } else {
+        // a quoted URL: put ?v= before the closing quote
+        let (body, quote) = from.split_at(from.len() - 1);
+        format!("{body}?v={hash}{quote}")
+    };
+    match text.matches(from).count() {
+        1 => Ok(text.replacen(from, &to, 1)),
+        n => bail!("{file}: expected {from} once, found it {n} times (update VERSIONED in xtask/src/dist.rs)"),
+    }
+}
+
+/// Writes `out` from `root` (index.html and www/, with www/pkg already built); returns the build hash.
+pub fn write(root: &Path, out: &Path) -> Result<String> {
+    let mut files = vec![root.join("index.html")];
+    files_under(&root.join("www"), &mut files)?;
+    files.sort();
+    if !files.iter().any(|f| f.ends_with("pkg/nrgpt_web_bg.wasm")) {
+        bail!("www/pkg has no wasm: build the page first");
+    }
+    let mut h = 0xcbf2_9ce4_8422_2325;
+    for f in &files {
+        h = fnv(f.strip_prefix(root)?.to_string_lossy().as_bytes(), h);
+        h = fnv(&std::fs::read(f).with_context(|| format!("reading {}", f.display()))?, h);
+    }
+    let hash = format!("{:012x}", h >> 16);
+    if out.exists() {
+        std::fs::remove_dir_all(out).with_context(|| format!("removing the old {}", out.display()))?;
+    }
+    for f in &files {
+        let rel = f.strip_prefix(root)?.to_string_lossy().replace('\\', "/");
+        let dest = out.join(&rel);
+        std::fs::create_dir_all(dest.parent().context("a file has a folder")?)?;
+        let edits: Vec<&str> = VERSIONED.iter().filter(|(file, _)| *file == rel).map(|(_, from)| *from).collect();
+        if edits.is_empty() && rel != "index.html" {
+            std::fs::copy(f, &dest).with_context(|| format!("copying {rel}"))?;
+            continue;
+        }
+        let mut text = std::fs::read_to_string(f).with_context(|| format!("reading {rel}"))?;
+        for from in edits {
+            text = versioned(&text, from, &hash, &rel)?;
+        }
+        if rel == "index.html" {
+            let n = text.matches(INDEX_MODULE).count();
+            if n != 2 {
+                bail!("index.html: expected {INDEX_MODULE} twice, found it {n} times");
+            }
+            text = text.replace(INDEX_MODULE, &format!("{INDEX_MODULE}?v={hash}"));
+        }
+        std::fs::write(&dest, text).with_context(|| format!("writing {}", dest.display()))?;
+    }
+    for (file, _) in VERSIONED {
+        if !out.join(file).is_file() {
+            bail!("{file} is missing from the build");
+        }
+    }
+    Ok(hash)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_get_the_hash_and_a_changed_file_is_an_error() {
+        assert_eq!(versioned("import x from './pkg/nrgpt_web.js';", "'./pkg/nrgpt_web.js'", "abc", "w").unwrap(), "import x from './pkg/nrgpt_web.js?v=abc';");
+        assert_eq!(versioned("const BUILD = 'dev';", "const BUILD = 'dev';", "abc", "w").unwrap(), "const BUILD = 'abc';");
+        assert_eq!(versioned("<script src=\"embed.js\">", "src=\"embed.js\"", "1", "e").unwrap(), "<script src=\"embed.js?v=1\">");
+        assert!(versioned("nothing here", "'nrgpt_web_bg.wasm'", "1", "p").is_err());
+        assert_ne!(fnv(b"a", 1), fnv(b"b", 1));
+    }
+}

@@ -3,6 +3,7 @@
 //! this thread only renders, so typing and scrolling stay smooth.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -311,6 +312,11 @@ impl Ui {
         }
     }
 
+    /// The loaded model's characters, as a set: a 1 MB paste is checked on every keystroke.
+    fn known_chars(self) -> HashSet<char> {
+        self.info.with(|i| i.as_ref().map(|i| i.vocab.chars().collect()).unwrap_or_default())
+    }
+
     /// What keeps the model from reading the prompt: every character outside its vocabulary at once.
     fn prompt_problem(self) -> Option<String> {
         let info = self.info.get()?;
@@ -318,8 +324,7 @@ impl Ui {
         if prompt.is_empty() {
             return Some("Type a prompt (at least one character).".into());
         }
-        // a set, not `vocab.contains`: a 1 MB paste is checked on every keystroke
-        let in_vocab: std::collections::HashSet<char> = info.vocab.chars().collect();
+        let in_vocab = self.known_chars();
         let mut bad: Vec<char> = prompt.chars().filter(|c| !in_vocab.contains(c)).collect();
         bad.sort_unstable();
         bad.dedup();
@@ -436,18 +441,21 @@ const MARKED_SHOWN: usize = 240;
 /// The prompt again, below the box (a textarea cannot mark its own text),
 /// with every character outside the vocabulary marked where it stands.
 fn marked_prompt(ui: Ui) -> impl IntoView {
-    let known: std::collections::HashSet<char> = ui.info.with(|i| i.as_ref().map(|i| i.vocab.chars().collect()).unwrap_or_default());
-    let chars: Vec<char> = ui.prompt.get().chars().collect();
-    let first = chars.iter().position(|c| !known.contains(c)).unwrap_or(0);
+    let known = ui.known_chars();
+    let prompt = ui.prompt.get();
+    let len = prompt.chars().count();
+    let first = prompt.chars().position(|c| !known.contains(&c)).unwrap_or(0);
     let start = first.saturating_sub(MARKED_SHOWN / 4);
-    let end = (start + MARKED_SHOWN).min(chars.len());
-    let pieces = chars[start..end]
-        .iter()
-        .map(|&c| if known.contains(&c) { view! { {c.to_string()} }.into_any() } else { view! { <mark>{c.to_string()}</mark> }.into_any() })
+    let end = (start + MARKED_SHOWN).min(len);
+    let pieces = prompt
+        .chars()
+        .skip(start)
+        .take(end - start)
+        .map(|c| if known.contains(&c) { view! { {c.to_string()} }.into_any() } else { view! { <mark>{c.to_string()}</mark> }.into_any() })
         .collect_view();
     view! {
         <p class="marked-prompt" aria-hidden="true">
-            {(start > 0).then_some("…")}{pieces}{(end < chars.len()).then_some("…")}
+            {(start > 0).then_some("…")}{pieces}{(end < len).then_some("…")}
         </p>
     }
 }
@@ -606,6 +614,8 @@ pub fn App() -> impl IntoView {
         }
     };
     let can_generate = move || !ui.running.get() && ui.info.with(|i| i.is_some());
+    // the hint and the marked copy read one scan of the prompt per edit
+    let prompt_problem = Memo::new(move |_| ui.prompt_problem());
     let backend = move || ui.info.with(|i| i.as_ref().map(|i| i.backend.clone()).unwrap_or_else(|| "loading…".into()));
     let num_input = move |id: &'static str, label: &'static str, sig: RwSignal<String>, step: &'static str, min: &'static str| {
         view! {
@@ -737,7 +747,7 @@ pub fn App() -> impl IntoView {
                             <span id="load-phase">{move || match ui.phase.get() {
                                 Some(p) => p,
                                 None => match ui.progress.get() {
-                                    (_, b) if b == 0.0 => "Finding the models…".to_string(),
+                                    (_, 0.0) => "Finding the models…".to_string(),
                                     (a, b) => format!("Downloading {} of {}…", mb(a), mb(b)),
                                 },
                             }}</span>
@@ -754,8 +764,8 @@ pub fn App() -> impl IntoView {
                                     ui.generate();
                                 }
                             }></textarea>
-                        <small class="hint bad" role="alert">{move || ui.prompt_problem()}</small>
-                        {move || ui.prompt_problem().is_some().then(|| marked_prompt(ui))}
+                        <small class="hint bad" role="alert">{move || prompt_problem.get()}</small>
+                        {move || prompt_problem.with(Option::is_some).then(|| marked_prompt(ui))}
                     </label>
                     <div class="grid">
                         {num_input("len", "Length", ui.len, "1", "1")}

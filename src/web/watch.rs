@@ -88,12 +88,7 @@ impl Watch {
             return self.tokens.update(|v| v.extend(new));
         }
         QUEUE.with(|q| q.borrow_mut().extend(new));
-        if TIMER.with(|t| {
-            let h = t.take();
-            let running = h.is_some();
-            t.set(h);
-            running
-        }) {
+        if TIMER.with(|t| t.get().is_some()) {
             return;
         }
         self.tick();

@@ -71,7 +71,7 @@ pub struct Decoder {
     fed: u64,
     /// The CPU twin of a GPU runner: a lost GPU (the browser reclaiming the
     /// device, a driver reset) then costs one recompute of the window, not the text.
-    standby: Option<Runner>,
+    standby: Option<Box<Runner>>,
 }
 
 impl Decoder {
@@ -95,7 +95,7 @@ impl Decoder {
                     }
                     Ok(g) => {
                         let adapter = g.adapter_name().to_string();
-                        standby = Some(Runner::Ebt(EbtDecoder::new(&file)?));
+                        standby = Some(Box::new(Runner::Ebt(EbtDecoder::new(&file)?)));
                         (Runner::GpuEbt(g), Backend::Gpu { adapter })
                     }
                     Err(Error::NoGpu(why)) => {
@@ -113,7 +113,7 @@ impl Decoder {
                 match GpuDecoder::new(&file, &params, steps).await {
                     Ok(g) => {
                         let adapter = g.adapter_name().to_string();
-                        standby = Some(Runner::Cpu(CpuDecoder::new(params, steps)));
+                        standby = Some(Box::new(Runner::Cpu(CpuDecoder::new(params, steps))));
                         (Runner::Gpu(g), Backend::Gpu { adapter })
                     }
                     Err(Error::NoGpu(reason)) => (Runner::Cpu(CpuDecoder::new(params, steps)), Backend::Cpu { reason }),
@@ -210,11 +210,11 @@ impl Decoder {
         match self.decode_on_runner(tokens).await {
             Err(Error::Gpu(why)) if self.standby.is_some() => {
                 let mut cpu = self.standby.take().expect("checked above");
-                if let (Runner::Cpu(d), Runner::Gpu(_)) = (&mut cpu, &self.runner) {
+                if let (Runner::Cpu(d), Runner::Gpu(_)) = (cpu.as_mut(), &self.runner) {
                     // the twin was made at load; the steps may have changed since
                     *d = CpuDecoder::new(d.params().clone(), self.steps);
                 }
-                self.runner = cpu;
+                self.runner = *cpu;
                 self.backend = Backend::Cpu { reason: format!("the GPU failed mid-generation ({why}); the CPU engine took over and kept the text") };
                 let all = self.window.clone();
                 self.decode_on_runner(&all).await

@@ -67,6 +67,12 @@ impl RunPaths {
     pub fn log(&self) -> PathBuf {
         self.dir.join("log.csv")
     }
+    /// The weights at the lowest val estimate so far (no optimizer state): the
+    /// paper reports its best-validation checkpoint, and a run that turns up
+    /// still has its best model.
+    pub fn best(&self) -> PathBuf {
+        self.dir.join("best.safetensors")
+    }
 }
 
 const CSV_HEADER: &str = "iter,lr,loss,grad_norm,train_loss,val_loss,tok_per_s,elapsed_s";
@@ -75,11 +81,18 @@ const STREAM_EVAL: u64 = 0xE7A1;
 /// The noise an EBT starts its training candidates from, and its regularisers.
 const STREAM_EBT: u64 = 0xEB7;
 
-fn save(paths: &RunPaths, cfg: &ModelConfig, vocab: &Vocab, learner: &Learner, state: &TrainState) -> Result<()> {
+/// The run's checkpoint (`path`), with the optimizer state when `extra` is given.
+fn save(path: &Path, cfg: &ModelConfig, vocab: &Vocab, weights: Weights, extra: Weights, state: &TrainState) -> Result<()> {
     let mut meta = BTreeMap::new();
     meta.insert("train_state".to_string(), serde_json::to_string(state)?);
-    let ck = Checkpoint { config: cfg.clone(), vocab: vocab.clone(), weights: learner.weights()?, extra: learner.opt_state()?, meta };
-    write_atomic(&paths.ckpt(), &ck.to_bytes()?)
+    let ck = Checkpoint { config: cfg.clone(), vocab: vocab.clone(), weights, extra, meta };
+    write_atomic(path, &ck.to_bytes()?)
+}
+
+/// The lowest val estimate in a run's log (infinity when it has none).
+fn best_logged_val(log: &Path) -> f64 {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines().skip(1).filter_map(|l| l.split(',').nth(5)?.parse::<f64>().ok()).fold(f64::INFINITY, f64::min)
 }
 
 /// The model and optimizer of one backend: candle autograd on `Var`s, or the
@@ -304,6 +317,7 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
         }
     };
     let mut log = std::fs::OpenOptions::new().append(true).open(paths.log()).with_context(|| format!("opening {}", paths.log().display()))?;
+    let mut best_val = best_logged_val(&paths.log());
     let mut watch = LossWatch::new(cfg.vocab_size, start, settings.lr);
     let s = &settings;
     let pb = if quiet { ProgressBar::hidden() } else { ProgressBar::new(s.iters as u64) };
@@ -328,7 +342,8 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
     let (mut last_train, mut last_val) = (f64::NAN, f64::NAN);
     for iter in start..=s.iters {
         if iter % s.eval_every == 0 || iter == s.iters {
-            let m = Net::new(&cfg, &learner.weights()?)?;
+            let weights = learner.weights()?;
+            let m = Net::new(&cfg, &weights)?;
             last_train = estimate_loss(&m, &corpus.train, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
             last_val = estimate_loss(&m, &corpus.val, s.batch, s.eval_iters, s.seed ^ STREAM_EVAL)?;
             // checked before anything of this state is logged or saved
@@ -342,7 +357,11 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
                 pb.println(line);
             }
             let state = TrainState { iter, settings: s.clone(), train_loss: Some(last_train), val_loss: Some(last_val) };
-            save(paths, &cfg, vocab, &learner, &state)?;
+            if last_val < best_val {
+                best_val = last_val;
+                save(&paths.best(), &cfg, vocab, weights.clone(), Weights::new(), &state)?;
+            }
+            save(&paths.ckpt(), &cfg, vocab, weights, learner.opt_state()?, &state)?;
         }
         if iter == s.iters {
             break;

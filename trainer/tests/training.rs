@@ -67,10 +67,24 @@ fn short_runs_beat_the_unigram_baseline() {
         eprintln!("{model}: val {val:.4} after 300 iters (unigram {unigram:.4})");
         assert!(val < unigram - 0.6, "{model}: val loss {val} is not well below the unigram {unigram}");
         assert!(out.join("ckpt.safetensors").exists());
+        best_checkpoint_is_the_lowest_val(&out, &rows);
         if model == "nrgpt-ff2w" {
             trained_model_descends(&out.join("ckpt.safetensors"));
         }
     }
+}
+
+/// best.safetensors holds the weights of the eval with the lowest val estimate.
+fn best_checkpoint_is_the_lowest_val(out: &Path, rows: &[(usize, f64)]) {
+    let (best_iter, best_val) = rows.iter().copied().fold((0, f64::INFINITY), |b, r| if r.1 < b.1 { r } else { b });
+    let ck = Checkpoint::from_bytes(&std::fs::read(out.join("best.safetensors")).unwrap(), DType::F32, &Device::Cpu).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&ck.meta["train_state"]).unwrap();
+    assert_eq!(state["iter"].as_u64(), Some(best_iter as u64), "best checkpoint from the wrong eval: {state}");
+    assert_eq!(state["val_loss"].as_f64(), Some(best_val));
+    assert!(ck.extra.is_empty(), "the best checkpoint carries no optimizer state");
+    // a loadable model with every parameter the run has
+    let last = Checkpoint::from_bytes(&std::fs::read(out.join("ckpt.safetensors")).unwrap(), DType::F32, &Device::Cpu).unwrap();
+    assert_eq!(ck.weights.keys().collect::<Vec<_>>(), last.weights.keys().collect::<Vec<_>>());
 }
 
 /// An EBT on the candle oracle learns from thinking alone (regularisers on), resumes (on the

@@ -22,7 +22,7 @@ use crate::{root, run, say};
 
 /// The smoke run uses the dev-profile binaries `cargo test` already built (CI
 /// builds nothing extra); the real run the release ones.
-fn bin(smoke: bool, name: &str) -> String {
+pub(crate) fn bin(smoke: bool, name: &str) -> String {
     format!("target/{}/{name}", if smoke { "debug" } else { "release" })
 }
 
@@ -116,17 +116,17 @@ fn capture(cmd: &mut Command) -> Result<String> {
 
 /// The object a trainer subcommand printed with `--json`, and the command
 /// line, so a missing field names the command that lacked it.
-struct Reply {
+pub(crate) struct Reply {
     cmd: String,
     value: Value,
 }
 
 impl Reply {
-    fn f64(&self, key: &str) -> Result<f64> {
+    pub(crate) fn f64(&self, key: &str) -> Result<f64> {
         self.value.get(key).and_then(Value::as_f64).with_context(|| format!("`{}` printed no number `{key}` in {}", self.cmd, self.value))
     }
 
-    fn usize(&self, key: &str) -> Result<usize> {
+    pub(crate) fn usize(&self, key: &str) -> Result<usize> {
         let n = self.value.get(key).and_then(Value::as_u64).with_context(|| format!("`{}` printed no count `{key}` in {}", self.cmd, self.value))?;
         usize::try_from(n).with_context(|| format!("`{}`: `{key}` = {n} does not fit a usize", self.cmd))
     }
@@ -134,7 +134,7 @@ impl Reply {
 
 /// Runs a trainer subcommand with `--json` and parses the object it prints as
 /// its last stdout line, so the bench never depends on the human-readable text.
-fn trainer_json(cmd: &mut Command) -> Result<Reply> {
+pub(crate) fn trainer_json(cmd: &mut Command) -> Result<Reply> {
     cmd.arg("--json");
     let line = format!("{cmd:?}").replace('"', "");
     let stdout = capture(cmd)?;
@@ -150,7 +150,7 @@ fn number_after(text: &str, key: &str) -> Result<f64> {
     num.parse().with_context(|| format!("no number after `{key}` in: {text}"))
 }
 
-fn last_log_iter(log: &Path) -> Option<(usize, bool)> {
+pub(crate) fn last_log_iter(log: &Path) -> Option<(usize, bool)> {
     let text = std::fs::read_to_string(log).ok()?;
     let last = text.lines().last()?;
     let cols: Vec<&str> = last.split(',').collect();
@@ -158,7 +158,7 @@ fn last_log_iter(log: &Path) -> Option<(usize, bool)> {
 }
 
 /// (iteration, train estimate, val estimate) at each evaluation of a run.
-fn eval_points(log: &Path) -> Vec<(f64, f64, f64)> {
+pub(crate) fn eval_points(log: &Path) -> Vec<(f64, f64, f64)> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     text.lines()
         .skip(1)
@@ -342,7 +342,7 @@ fn throughput(trainer: &str, plan: &Plan, smoke: bool) -> Result<(Vec<Throughput
     Ok((rows, check))
 }
 
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
@@ -351,7 +351,7 @@ fn machine() -> String {
     format!("{cpu}, {cores} cores, no GPU")
 }
 
-fn today() -> String {
+pub(crate) fn today() -> String {
     Command::new("date").arg("+%Y-%m-%d").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
 }
 
@@ -535,12 +535,13 @@ fn write_figure(quality: &[Quality], cmd_name: &str) -> Result<()> {
             })
             .collect();
         let params = quality.iter().filter(|q| q.size == size).map(|q| q.params).max().unwrap_or(0);
-        panels.push(Panel { title: format!("{size}: ~{:.2}M params, val loss", params as f64 / 1e6), series });
+        panels.push(Panel { title: format!("{size}: ~{:.2}M params, val loss", params as f64 / 1e6), x_label: ITER_AXIS.into(), series });
     }
     let pts = eval_points(&root().join(DEFAULT_RUN));
     if !pts.is_empty() {
         panels.push(Panel {
             title: "shipped default (www/models/default-training.csv)".into(),
+            x_label: ITER_AXIS.into(),
             series: vec![
                 Series { label: "val".into(), points: pts.iter().map(|p| (p.0, p.2)).collect(), dashed: false, colour: COLOURS[0] },
                 Series { label: "train".into(), points: pts.iter().map(|p| (p.0, p.1)).collect(), dashed: true, colour: COLOURS[1] },
@@ -553,18 +554,67 @@ fn write_figure(quality: &[Quality], cmd_name: &str) -> Result<()> {
     std::fs::write(&path, crate::plot::svg(&panels, &caption)).with_context(|| format!("writing {FIGURE}"))
 }
 
-/// BENCH.md in full: the previous run's numbers are in git.
+const ITER_AXIS: &str = "iteration (loss in nats/char)";
+
+/// BENCH.md's main part, rewritten; the sections other commands write
+/// (`replace_bench_section`) are kept after it. Earlier numbers are in git.
 fn write_bench_md(md: &str) -> Result<()> {
     let text = format!(
         "# Benchmarks\n\nWritten by `cargo xtask bench` (the full run takes about an hour on 2 cores; \
          `cargo xtask bench --smoke` is part of the test suite). History is in git.\n\n{md}\n![Loss curves]({FIGURE})\n"
     );
-    std::fs::write(root().join(BENCH_MD), text).with_context(|| format!("writing {BENCH_MD}"))
+    let old = std::fs::read_to_string(root().join(BENCH_MD)).unwrap_or_default();
+    let kept: String = sections(&old).into_iter().map(|(_, block)| format!("\n{block}\n")).collect();
+    std::fs::write(root().join(BENCH_MD), text + &kept).with_context(|| format!("writing {BENCH_MD}"))
+}
+
+fn section_marks(name: &str) -> (String, String) {
+    (format!("<!-- section {name}: written by its own command, kept by `cargo xtask bench` -->"), format!("<!-- end of section {name} -->"))
+}
+
+/// The (name, whole block with its marks) of each marked section of `text`.
+fn sections(text: &str) -> Vec<(String, &str)> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("<!-- section ") {
+        let after = &rest[i + "<!-- section ".len()..];
+        let Some(name) = after.split(':').next().map(str::to_string) else { break };
+        let end = section_marks(&name).1;
+        let Some(j) = rest[i..].find(&end) else { break };
+        out.push((name, &rest[i..i + j + end.len()]));
+        rest = &rest[i + j + end.len()..];
+    }
+    out
+}
+
+/// Writes `md` as BENCH.md's section `name`, in place of the old one, or at the end.
+pub(crate) fn replace_bench_section(name: &str, md: &str) -> Result<()> {
+    let path = root().join(BENCH_MD);
+    let old = std::fs::read_to_string(&path).with_context(|| format!("reading {BENCH_MD}"))?;
+    let (begin, end) = section_marks(name);
+    let block = format!("{begin}\n{}\n{end}", md.trim_end());
+    let text = match sections(&old).into_iter().find(|(n, _)| n == name) {
+        Some((_, was)) => old.replacen(was, &block, 1),
+        None => format!("{}\n\n{block}\n", old.trim_end()),
+    };
+    std::fs::write(&path, text).with_context(|| format!("writing {BENCH_MD}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn marked_sections_are_found_whole_and_in_order() {
+        let (b1, e1) = section_marks("science");
+        let (b2, e2) = section_marks("listops");
+        let text = format!("# Benchmarks\nmain\n{b1}\nrows\n{e1}\nbetween\n{b2}\nmore\n{e2}\n");
+        let found = sections(&text);
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0], ("science".to_string(), format!("{b1}\nrows\n{e1}").as_str()));
+        assert_eq!(found[1].0, "listops");
+        assert!(sections(&format!("{b1}\nno end")).is_empty(), "an unterminated section is not a section");
+    }
 
     #[test]
     fn the_ratio_is_against_the_faster_pytorch_mode_that_ran() {

@@ -8,6 +8,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 mod bench;
+mod science;
 mod dist;
 mod plot;
 mod serve;
@@ -129,6 +130,8 @@ fn test() -> Result<()> {
     run(Command::new("cargo").args(["test", "--workspace", "--", "--test-threads", "1"]))?;
     say("smoke run of the benchmark (tiny models; the real one is `cargo xtask bench`)");
     bench::bench(true)?;
+    say("smoke run of the science bench (the real one is `cargo xtask bench --science`)");
+    science::science(true, false)?;
     browser_test()?;
     say(&format!("all tests passed in {:.0} s", t0.elapsed().as_secs_f64()));
     Ok(())
@@ -345,10 +348,11 @@ fn main() -> Result<()> {
         }
         "dist" => make_dist().map(drop),
         "posters" => posters(),
+        "bench" if args.iter().any(|a| a == "--science") => science::science(args.iter().any(|a| a == "--smoke"), args.iter().any(|a| a == "--report")),
         "bench" => bench::bench(args.iter().any(|a| a == "--smoke")),
         "torch-check" => bench::torch_check(),
         _ => bail!(
-            "usage: cargo xtask <test|serve|test-browser|test-widget|dist|posters|bench|torch-check>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser tests: the page, then the widget (builds the page, drives headless chromium)\n  test-widget   only the widget test: dist/ on a static server, the blog demo, CSP, host styles, sharing, lazy loading\n  dist          build the static site into dist/ (page, widget, wasm, worker, models, blog demo)\n  posters       record the blog demo widgets' posters (trainer sample --trace) into www/posters/\n  bench         measure quality, trainer speed, decode and page speed; write BENCH.md (--smoke: a tiny run that checks the bench works)\n  torch-check   only the bench's check that the PyTorch EBT twin computes our trainer's loss and gradient norm"
+            "usage: cargo xtask <test|serve|test-browser|test-widget|dist|posters|bench|torch-check>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser tests: the page, then the widget (builds the page, drives headless chromium)\n  test-widget   only the widget test: dist/ on a static server, the blog demo, CSP, host styles, sharing, lazy loading\n  dist          build the static site into dist/ (page, widget, wasm, worker, models, blog demo)\n  posters       record the blog demo widgets' posters (trainer sample --trace) into www/posters/\n  bench         measure quality, trainer speed, decode and page speed; write BENCH.md (--smoke: a tiny run that checks the bench works)\n                --science: NRGPT vs GPT at an equal budget, lr search, ablation (hours; resumable; --report: only rewrite the report)\n  torch-check   only the bench's check that the PyTorch EBT twin computes our trainer's loss and gradient norm"
         ),
     }
 }

@@ -1,0 +1,464 @@
+//! `cargo xtask bench --science`: NRGPT against GPT at an equal token budget
+//! (issue 18), as two studies over one pool of training runs:
+//!
+//! - **scaling**: every model family at two sizes, the same iterations,
+//!   batch, data order and seed, with the same learning-rate search per model
+//!   at the small size; the large size reuses the lr each model chose there.
+//! - **ablation**: NRGPT-FF2W at the small size with each of the reference's
+//!   choices switched on alone, and all of them (`--preset reference`).
+//!
+//! Hours of training on 2 cores, so a run is never redone: each lives in
+//! runs/science/<row>/lr<lr>/, a finished one is reused, one cut short is
+//! resumed (`trainer train --resume`), and the report marks what is still to
+//! run. `--report` writes the report from the runs that exist, training
+//! nothing. The report replaces the science section of BENCH.md and draws two
+//! figures (val loss against parameters; train and val curves per size).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::bench::{bin, eval_points, last_log_iter, machine, replace_bench_section, today, trainer_json};
+use crate::plot::{Panel, Series, COLOURS};
+use crate::{root, run, say};
+
+/// One model at one size: a row of a study.
+struct Row {
+    /// Short name shown in the tables; also names the run folder.
+    name: &'static str,
+    size: &'static str,
+    flags: &'static [&'static str],
+}
+
+struct Plan {
+    iters: usize,
+    common: &'static [&'static str],
+    /// Learning rates searched per model at the small size (scaling).
+    scaling_lrs: &'static [f64],
+    /// Learning rates tried per ablation row.
+    ablation_lrs: &'static [f64],
+    small: Vec<Row>,
+    large: Vec<Row>,
+    ablation: Vec<Row>,
+    /// Where the runs live.
+    base: &'static str,
+    /// Characters of each split the whole-split evaluation reads (None: all).
+    eval_chars: Option<usize>,
+}
+
+const FF2W_S: &[&str] = &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4"];
+const FF2W_REF_STEP_S: &[&str] = &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--eta", "free", "--eta-init", "normal"];
+
+fn full_plan() -> Plan {
+    let s = |name, flags| Row { name, size: "S", flags };
+    let m = |name, flags| Row { name, size: "M", flags };
+    Plan {
+        iters: 4000,
+        common: &["--block", "64", "--batch", "32", "--eval-every", "250", "--eval-iters", "20", "--warmup", "100", "--seed", "1337"],
+        scaling_lrs: &[3e-3, 1e-3, 6e-3],
+        ablation_lrs: &[3e-3, 1e-3],
+        small: vec![
+            s("nrgpt-ff2w", FF2W_S),
+            s("nrgpt-ff2w, free eta N(0, 0.02)", FF2W_REF_STEP_S),
+            s("nrgpt-ff1", &["--model", "nrgpt-ff1", "--d-model", "128", "--heads", "4", "--steps", "4", "--ff-mult", "8"]),
+            s("gpt (4 layers)", &["--model", "gpt", "--d-model", "64", "--heads", "4", "--steps", "4"]),
+            s("gpt-rec (1 layer x4)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4"]),
+        ],
+        large: vec![
+            m("nrgpt-ff2w", &["--model", "nrgpt-ff2w", "--d-model", "256", "--heads", "8", "--steps", "4", "--ff-mult", "5"]),
+            m("nrgpt-ff2w, free eta N(0, 0.02)", &["--model", "nrgpt-ff2w", "--d-model", "256", "--heads", "8", "--steps", "4", "--ff-mult", "4", "--eta", "free", "--eta-init", "normal"]),
+            m("nrgpt-ff1", &["--model", "nrgpt-ff1", "--d-model", "256", "--heads", "8", "--steps", "4", "--ff-mult", "10"]),
+            m("gpt (4 layers)", &["--model", "gpt", "--d-model", "128", "--heads", "4", "--steps", "4"]),
+            m("gpt-rec (1 layer x4)", &["--model", "gpt-rec", "--d-model", "256", "--heads", "8", "--steps", "4"]),
+        ],
+        ablation: vec![
+            s("nrgpt-ff2w", FF2W_S),
+            s("nrgpt-ff2w, free eta N(0, 0.02)", FF2W_REF_STEP_S),
+            s("free eta, identity init", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--eta", "free"]),
+            s("beta = 1", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--attn-beta", "1"]),
+            s("mask with the diagonal", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--attn-mask", "diagonal"]),
+            s("bare block norm", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--block-norm", "bare"]),
+            s("full-rank J (head_dim 128, ff-mult 2)", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--head-dim", "128", "--ff-mult", "2"]),
+            s("reference preset (all of the above)", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--preset", "reference"]),
+        ],
+        base: "runs/science",
+        eval_chars: None,
+    }
+}
+
+/// Seconds, not hours: tiny models, a few iterations, two sizes, two lrs.
+fn smoke_plan() -> Plan {
+    let tiny = |name, size, flags| Row { name, size, flags };
+    Plan {
+        iters: 8,
+        common: &["--block", "16", "--batch", "4", "--eval-every", "4", "--eval-iters", "2"],
+        scaling_lrs: &[3e-3, 1e-2],
+        ablation_lrs: &[3e-3],
+        small: vec![
+            tiny("nrgpt-ff2w", "S", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2"]),
+            tiny("gpt (2 layers)", "S", &["--model", "gpt", "--d-model", "16", "--heads", "2", "--steps", "2"]),
+        ],
+        large: vec![
+            tiny("nrgpt-ff2w", "M", &["--model", "nrgpt-ff2w", "--d-model", "24", "--heads", "2", "--steps", "2"]),
+            tiny("gpt (2 layers)", "M", &["--model", "gpt", "--d-model", "24", "--heads", "2", "--steps", "2"]),
+        ],
+        ablation: vec![
+            tiny("nrgpt-ff2w", "S", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2"]),
+            tiny("reference preset", "S", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2", "--preset", "reference"]),
+        ],
+        base: "target/science-smoke",
+        eval_chars: Some(2000),
+    }
+}
+
+fn slug(row: &Row) -> String {
+    let s: String = row.name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+    format!("{}-{}", row.size.to_lowercase(), s.split('-').filter(|p| !p.is_empty()).collect::<Vec<_>>().join("-"))
+}
+
+/// The whole-split numbers of one finished run, cached beside it.
+#[derive(Serialize, Deserialize, Clone)]
+struct Evals {
+    params: usize,
+    /// Whole val split, the final weights.
+    val: f64,
+    /// Whole val split, best.safetensors (the lowest val estimate's weights).
+    best_val: f64,
+    /// The train split's first characters (as many as the val split has), final weights.
+    train: f64,
+    tokens_per_s: f64,
+}
+
+/// One run of the pool: a row at one learning rate.
+struct Run {
+    dir: PathBuf,
+    lr: f64,
+    evals: Option<Evals>,
+}
+
+impl Run {
+    fn log(&self) -> PathBuf {
+        self.dir.join("log.csv")
+    }
+}
+
+fn run_dir(plan: &Plan, row: &Row, lr: f64) -> PathBuf {
+    root().join(plan.base).join(slug(row)).join(format!("lr{lr:e}"))
+}
+
+fn finished(dir: &Path, iters: usize) -> bool {
+    last_log_iter(&dir.join("log.csv")).is_some_and(|(it, evaluated)| it == iters && evaluated) && dir.join("ckpt.safetensors").is_file()
+}
+
+/// Trains (or resumes, or reuses) one run and evaluates it on the whole splits.
+fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, train: bool) -> Result<Run> {
+    let dir = run_dir(plan, row, lr);
+    let ckpt = dir.join("ckpt.safetensors");
+    if !finished(&dir, plan.iters) {
+        if !train {
+            return Ok(Run { dir, lr, evals: None });
+        }
+        let resume = ckpt.is_file();
+        say(&format!("{} {} at lr {lr:e}: {} iterations into {}{}", row.size, row.name, plan.iters, dir.display(), if resume { " (resuming)" } else { "" }));
+        let mut cmd = Command::new(trainer);
+        cmd.arg("train").arg("--out").arg(&dir).args(["--iters", &plan.iters.to_string(), "--quiet"]);
+        if resume {
+            cmd.arg("--resume");
+        } else {
+            cmd.args(row.flags).args(plan.common).args(["--lr", &format!("{lr:e}")]);
+        }
+        // a diverged run is a result (the lr is too high), not a reason to stop the study
+        if let Err(e) = trainer_json(&mut cmd) {
+            eprintln!("    this run stopped: {e:#}");
+            return Ok(Run { dir, lr, evals: None });
+        }
+    }
+    let cache = dir.join("science-evals.json");
+    let fresh = |c: &Path| -> bool {
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        modified(c).zip(modified(&ckpt)).is_some_and(|(a, b)| a >= b)
+    };
+    if fresh(&cache) {
+        if let Ok(e) = serde_json::from_str(&std::fs::read_to_string(&cache)?) {
+            return Ok(Run { dir, lr, evals: Some(e) });
+        }
+    }
+    let eval = |file: &Path, split: &str| -> Result<f64> {
+        let mut cmd = Command::new(trainer);
+        cmd.arg("eval").arg("--ckpt").arg(file).args(["--split", split]);
+        if let Some(m) = plan.eval_chars.or((split == "train").then_some(111_540)) {
+            cmd.args(["--max-chars", &m.to_string()]);
+        }
+        trainer_json(&mut cmd)?.f64("loss")
+    };
+    let export = trainer_json(Command::new(trainer).arg("export").arg("--ckpt").arg(&ckpt).arg("--out").arg(dir.join("int8.safetensors")).args(["--quant", "int8"]))?;
+    let evals = Evals {
+        params: export.usize("params")?,
+        val: eval(&ckpt, "val")?,
+        best_val: eval(&dir.join("best.safetensors"), "val")?,
+        train: eval(&ckpt, "train")?,
+        tokens_per_s: mean_tokens_per_s(&dir.join("log.csv")),
+    };
+    std::fs::write(&cache, serde_json::to_string_pretty(&evals)?).with_context(|| format!("writing {}", cache.display()))?;
+    Ok(Run { dir, lr, evals: Some(evals) })
+}
+
+/// The training speed the log's last training row reports (a running mean over the run's last sitting).
+fn mean_tokens_per_s(log: &Path) -> f64 {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines().rev().find_map(|l| l.split(',').nth(6)?.parse().ok()).unwrap_or(0.0)
+}
+
+/// How a val curve ends: turned up, flat, or still falling, judged on its
+/// estimates (20 batches each, so differences under 0.01 are noise).
+fn curve_shape(points: &[(f64, f64, f64)]) -> String {
+    let val: Vec<(f64, f64)> = points.iter().map(|p| (p.0, p.2)).collect();
+    let Some(&(last_it, last)) = val.last() else { return "no evaluations".into() };
+    let (best_it, best) = val.iter().copied().fold((0.0, f64::INFINITY), |b, p| if p.1 < b.1 { p } else { b });
+    if last - best > 0.01 {
+        return format!("turned up (best at {best_it:.0}, +{:.3} by {last_it:.0})", last - best);
+    }
+    let quarter = |lo: f64, hi: f64| val.iter().filter(|p| p.0 > lo * last_it && p.0 <= hi * last_it).map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let drop = quarter(0.5, 0.75) - quarter(0.75, 1.0);
+    if !drop.is_finite() {
+        return "too few evaluations to tell".into();
+    }
+    if drop < 0.01 {
+        format!("flat (last quarter -{:.3})", drop.max(0.0))
+    } else {
+        format!("still falling (last quarter -{drop:.3})")
+    }
+}
+
+/// The run with the lowest whole-split val among those finished.
+fn best_run(runs: &[Run]) -> Option<&Run> {
+    runs.iter().filter(|r| r.evals.is_some()).min_by(|a, b| {
+        let v = |r: &Run| r.evals.as_ref().map_or(f64::INFINITY, |e| e.best_val);
+        v(a).total_cmp(&v(b))
+    })
+}
+
+fn lrs_tried(runs: &[Run]) -> String {
+    let done = runs.iter().filter(|r| r.evals.is_some()).count();
+    let all: Vec<String> = runs.iter().map(|r| format!("{:e}{}", r.lr, if r.evals.is_some() { "" } else { " (pending)" })).collect();
+    format!("{done} of {}: {}", runs.len(), all.join(", "))
+}
+
+/// One table line for a row: its best run at the lrs tried.
+fn row_line(md: &mut String, row: &Row, runs: &[Run], iters: usize, tokens_per_iter: usize, reference: Option<f64>) {
+    let Some(best) = best_run(runs) else {
+        let _ = writeln!(md, "| {} | {} | - | {} | pending | | | | | | | {} |", row.size, row.name, iters * tokens_per_iter, lrs_tried(runs));
+        return;
+    };
+    let e = best.evals.as_ref().expect("best_run keeps finished runs");
+    let shape = curve_shape(&eval_points(&best.log()));
+    let delta = reference.map_or(String::new(), |r| format!(" ({:+.4})", e.best_val - r));
+    let _ = writeln!(
+        md,
+        "| {} | {} | {} | {} | {:e} | {:.4}{delta} | {:.4} | {:.4} | {:+.4} | {:.0} | {shape} | {} |",
+        row.size,
+        row.name,
+        e.params,
+        iters * tokens_per_iter,
+        best.lr,
+        e.best_val,
+        e.val,
+        e.train,
+        e.val - e.train,
+        e.tokens_per_s,
+        lrs_tried(runs)
+    );
+}
+
+const HEADER: &str = "| size | model | params | tokens | lr chosen | best val | final val | train | gap (final val - train) | tokens/s | val curve | lrs tried |\n|---|---|---|---|---|---|---|---|---|---|---|---|";
+
+fn tokens_per_iter(plan: &Plan) -> usize {
+    let flag = |name: &str| plan.common.iter().position(|f| *f == name).and_then(|i| plan.common.get(i + 1)?.parse::<usize>().ok()).unwrap_or(0);
+    flag("--block") * flag("--batch")
+}
+
+/// `cargo xtask bench --science [--report] [--smoke]`.
+pub fn science(smoke: bool, report_only: bool) -> Result<()> {
+    let plan = if smoke { smoke_plan() } else { full_plan() };
+    if smoke {
+        let _ = std::fs::remove_dir_all(root().join(plan.base));
+        run(Command::new("cargo").args(["test", "--workspace", "--no-run"]))?;
+    } else if !report_only {
+        run(Command::new("cargo").args(["build", "--release", "-p", "trainer", "--bin", "trainer"]))?;
+    }
+    let trainer = bin(smoke, "trainer");
+    let train = !report_only;
+
+    // Small size first, every model at the first lr, so a short sitting
+    // already compares all families; then the other lrs; then the large size
+    // at each model's chosen lr; then the ablation rows.
+    let mut small: Vec<Vec<Run>> = plan.small.iter().map(|_| Vec::new()).collect();
+    for &lr in plan.scaling_lrs {
+        for (i, row) in plan.small.iter().enumerate() {
+            small[i].push(train_run(&trainer, &plan, row, lr, train)?);
+        }
+    }
+    let mut large = Vec::new();
+    for (i, row) in plan.large.iter().enumerate() {
+        let small_row = plan.small.iter().position(|s| s.name == row.name).unwrap_or(i);
+        let lr = best_run(&small[small_row]).map(|r| r.lr);
+        let runs = match lr {
+            Some(lr) if small[small_row].iter().all(|r| r.evals.is_some()) => vec![train_run(&trainer, &plan, row, lr, train)?],
+            // the search at the small size must finish first
+            _ => Vec::new(),
+        };
+        large.push(runs);
+    }
+    let mut ablation = Vec::new();
+    for row in &plan.ablation {
+        let mut runs = Vec::new();
+        for &lr in plan.ablation_lrs {
+            runs.push(train_run(&trainer, &plan, row, lr, train)?);
+        }
+        ablation.push(runs);
+    }
+
+    let md = report(&plan, &small, &large, &ablation, smoke);
+    println!("{md}");
+    if smoke {
+        return check_smoke(&md, &small);
+    }
+    write_figures(&plan, &small, &large)?;
+    replace_bench_section("science", &md)?;
+    say("wrote the science section of BENCH.md and its figures");
+    Ok(())
+}
+
+fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<Run>], smoke: bool) -> String {
+    let tpi = tokens_per_iter(plan);
+    let cmd = if smoke { "cargo xtask bench --science --smoke" } else { "cargo xtask bench --science" };
+    let mut md = String::new();
+    let _ = writeln!(md, "## NRGPT against GPT at an equal budget (issue 18)\n");
+    let _ = writeln!(
+        md,
+        "Measured by `{cmd}` on {} ({}). Every run: {} iterations of {} ({} tokens), cosine lr to lr/10, weight decay 0.1, no dropout, the same data order and seed; \
+         lr searched over {:?} at size S per model, size M at the lr its model chose at S. \
+         Val and train are whole-split evaluations (train: its first 111,540 characters, as many as val has); \
+         best val is best.safetensors, the weights at the lowest val estimate. Runs live in {}/ and are reused; \
+         `cargo xtask bench --science --report` rewrites this section from them.\n",
+        machine(),
+        today(),
+        plan.iters,
+        plan.common.join(" "),
+        plan.iters * tpi,
+        plan.scaling_lrs,
+        plan.base
+    );
+    let _ = writeln!(md, "**Equal budget**\n\n{HEADER}");
+    for (row, runs) in plan.small.iter().zip(small).chain(plan.large.iter().zip(large)) {
+        row_line(&mut md, row, runs, plan.iters, tpi, None);
+    }
+    let ours = plan.ablation.first().and_then(|_| best_run(&ablation[0])).and_then(|r| r.evals.as_ref()).map(|e| e.best_val);
+    let _ = writeln!(md, "\n**Ablation** (NRGPT-FF2W at size S, each of the reference's choices alone, then all; lrs {:?}; in brackets: against the first row)\n\n{HEADER}", plan.ablation_lrs);
+    for (i, (row, runs)) in plan.ablation.iter().zip(ablation).enumerate() {
+        row_line(&mut md, row, runs, plan.iters, tpi, if i == 0 { None } else { ours });
+    }
+    let _ = writeln!(md, "\n![Val loss against parameters]({FIG_PARAMS})\n\n![Train and val curves]({FIG_CURVES})");
+    md
+}
+
+const FIG_PARAMS: &str = "www/figures/science-val-vs-params.svg";
+const FIG_CURVES: &str = "www/figures/science-curves.svg";
+
+fn write_figures(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>]) -> Result<()> {
+    let caption = vec![format!("`cargo xtask bench --science` on {} ({}); {} iterations per run", machine(), today(), plan.iters)];
+    // val against params: one line per model through its sizes
+    let mut by_params = Vec::new();
+    for (i, row) in plan.small.iter().enumerate() {
+        let mut points = Vec::new();
+        for runs in [Some(&small[i]), plan.large.iter().position(|l| l.name == row.name).map(|j| &large[j])].into_iter().flatten() {
+            if let Some(e) = best_run(runs).and_then(|r| r.evals.as_ref()) {
+                points.push((e.params as f64, e.best_val));
+            }
+        }
+        by_params.push(Series { label: row.name.to_string(), points, dashed: false, colour: COLOURS[i % COLOURS.len()] });
+    }
+    let params_panel = Panel { title: "best val against parameters".into(), x_label: "parameters (loss in nats/char)".into(), series: by_params };
+    write_svg(FIG_PARAMS, &[params_panel], &caption)?;
+    // train (dashed) and val curves of each model's chosen run, one panel per size
+    let mut panels = Vec::new();
+    for (size, rows, runs) in [("S", &plan.small, small), ("M", &plan.large, large)] {
+        let mut series = Vec::new();
+        for (i, (row, r)) in rows.iter().zip(runs).enumerate() {
+            let Some(best) = best_run(r) else { continue };
+            let pts = eval_points(&best.log());
+            let colour = COLOURS[i % COLOURS.len()];
+            series.push(Series { label: row.name.to_string(), points: pts.iter().map(|p| (p.0, p.2)).collect(), dashed: false, colour });
+            series.push(Series { label: String::new(), points: pts.iter().map(|p| (p.0, p.1)).collect(), dashed: true, colour });
+        }
+        panels.push(Panel { title: format!("{size}: val (solid) and train (dashed) estimates"), x_label: "iteration (loss in nats/char)".into(), series });
+    }
+    write_svg(FIG_CURVES, &panels, &caption)
+}
+
+fn write_svg(path: &str, panels: &[Panel], caption: &[String]) -> Result<()> {
+    let full = root().join(path);
+    std::fs::create_dir_all(full.parent().expect("figures have a folder"))?;
+    std::fs::write(&full, crate::plot::svg(panels, caption)).with_context(|| format!("writing {path}"))
+}
+
+/// The smoke run must train, evaluate, choose an lr and report every row.
+fn check_smoke(md: &str, small: &[Vec<Run>]) -> Result<()> {
+    for runs in small {
+        for r in runs {
+            let e = r.evals.as_ref().with_context(|| format!("science smoke: {} did not finish", r.dir.display()))?;
+            for v in [e.val, e.best_val, e.train] {
+                anyhow::ensure!(v.is_finite() && v > 0.5 && v < 5.0, "science smoke: {} has an implausible loss {v}", r.dir.display());
+            }
+        }
+    }
+    anyhow::ensure!(!md.contains("pending"), "science smoke: rows still pending:\n{md}");
+    anyhow::ensure!(md.contains("**Ablation**") && md.contains("| M |"), "science smoke: a table is missing:\n{md}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn curve(vals: &[f64]) -> Vec<(f64, f64, f64)> {
+        vals.iter().enumerate().map(|(i, &v)| (i as f64 * 250.0, v + 0.1, v)).collect()
+    }
+
+    #[test]
+    fn a_curve_is_called_what_it_does() {
+        assert!(curve_shape(&curve(&[3.0, 2.0, 1.9, 1.85, 1.84, 1.9, 1.95])).starts_with("turned up (best at 1000"));
+        assert!(curve_shape(&curve(&[3.0, 2.5, 2.0, 1.9, 1.85, 1.849, 1.848, 1.847, 1.846])).starts_with("flat"));
+        assert!(curve_shape(&curve(&[3.0, 2.8, 2.6, 2.4, 2.2, 2.0, 1.8, 1.6, 1.4])).starts_with("still falling"));
+        assert_eq!(curve_shape(&curve(&[3.0, 2.8, 2.6])), "too few evaluations to tell");
+    }
+
+    #[test]
+    fn the_chosen_lr_is_the_finished_run_with_the_lowest_best_val() {
+        let run = |lr: f64, v: Option<f64>| Run {
+            dir: PathBuf::new(),
+            lr,
+            evals: v.map(|v| Evals { params: 1, val: v + 0.01, best_val: v, train: v - 0.1, tokens_per_s: 1.0 }),
+        };
+        let runs = [run(1e-3, Some(1.9)), run(3e-3, Some(1.8)), run(6e-3, None)];
+        assert_eq!(best_run(&runs).map(|r| r.lr), Some(3e-3));
+        assert_eq!(lrs_tried(&runs), "2 of 3: 1e-3, 3e-3, 6e-3 (pending)");
+        assert!(best_run(&[run(1e-3, None)]).is_none());
+    }
+
+    #[test]
+    fn every_row_has_its_own_run_folder() {
+        let plan = full_plan();
+        let mut seen = std::collections::HashMap::new();
+        for row in plan.small.iter().chain(&plan.large).chain(&plan.ablation) {
+            // a name shared between studies must mean the same run
+            if let Some(flags) = seen.insert(slug(row), row.flags) {
+                assert_eq!(flags, row.flags, "{} names two different models", slug(row));
+            }
+        }
+        assert_eq!(tokens_per_iter(&plan), 2048);
+    }
+}

@@ -54,7 +54,7 @@ fn own_step_descends(opts: impl Fn(&mut ModelConfig) + Copy) {
             let mut x = model.embed(&ids(&seq)).unwrap();
             let mut decreases = 0;
             for _t in 0..20 {
-                let out = block.step(&x, true, None).unwrap();
+                let out = block.step(&x, true, None, None).unwrap();
                 let before = to_vec(&out.energy.unwrap());
                 for a in 0..seq.len() {
                     // tokens < A from x(t), token A from x(t+1)
@@ -90,7 +90,7 @@ fn energy_is_monotone_once_earlier_tokens_settle() {
             let mut energies = Vec::new();
             for _ in 0..200 {
                 let x = Tensor::cat(&[ctx.narrow(1, 0, a).unwrap(), xa.clone()], 1).unwrap();
-                let out = block.step(&x, true, None).unwrap();
+                let out = block.step(&x, true, None, None).unwrap();
                 energies.push(to_vec(&out.energy.unwrap())[a]);
                 xa = out.x_next.narrow(1, a, 1).unwrap();
             }

@@ -67,7 +67,7 @@ pub fn monotone_fraction(model: &Model, data: &[u32], windows: usize, steps: Opt
     }
     let b = picked.len() / model.cfg.block_size;
     let x = Tensor::from_vec(picked, (b, model.cfg.block_size), &Device::Cpu)?;
-    let f = model.forward(&x, ForwardOpts { steps, record: true, dropout: None })?;
+    let f = model.forward(&x, ForwardOpts { steps, record: true, ..Default::default() })?;
     let Some(e) = f.energies else { anyhow::bail!("{} has no energy: only NRGPT models descend an energy", model.cfg.arch.name()) };
     let e = e.to_dtype(candle_core::DType::F64)?.to_vec3::<f64>()?; // (T+1, B, n)
     let t_max = e.len() - 1;

@@ -125,6 +125,9 @@ struct TrainArgs {
     weight_decay: f64,
     #[arg(long, default_value_t = 0.0, value_parser = dropout)]
     dropout: f64,
+    /// NRGPT: dropout on the attention probabilities inside the descent (the reference's 0.1 on `wei`).
+    #[arg(long, default_value_t = 0.0, value_parser = dropout)]
+    attn_dropout: f64,
     /// Largest global gradient norm (0: no clipping).
     #[arg(long, default_value_t = 1.0, value_parser = non_negative)]
     grad_clip: f64,
@@ -404,6 +407,7 @@ fn train(a: TrainArgs, mut given: Vec<String>, json: bool) -> Result<()> {
         warmup: a.warmup,
         weight_decay: a.weight_decay,
         dropout: a.dropout,
+        attn_dropout: a.attn_dropout,
         grad_clip: a.grad_clip,
         eval_every: a.eval_every,
         eval_iters: a.eval_iters,

@@ -58,14 +58,14 @@ impl Net {
     }
 
     /// The training loss of one batch, and an EBT's final candidates; an EBT thinks as `plan` says.
-    pub fn train_loss(&self, x: &Tensor, y: &Tensor, dropout: &mut Dropout, plan: Option<&ThinkPlan>) -> Result<(Tensor, Option<Tensor>)> {
+    pub fn train_loss(&self, x: &Tensor, y: &Tensor, dropout: &mut Dropout, attn_dropout: &mut Dropout, plan: Option<&ThinkPlan>) -> Result<(Tensor, Option<Tensor>)> {
         match self {
             Net::Lm(m) => {
-                let logits = m.forward(x, ForwardOpts { dropout: Some(dropout), ..Default::default() })?.logits;
+                let logits = m.forward(x, ForwardOpts { dropout: Some(dropout), attn_dropout: Some(attn_dropout), ..Default::default() })?.logits;
                 Ok((cross_entropy(&logits, y)?, None))
             }
             Net::Ebt { oracle: e, .. } => {
-                if dropout.p > 0.0 {
+                if dropout.p > 0.0 || attn_dropout.p > 0.0 {
                     bail!("dropout is not implemented for EBT: train it with --dropout 0");
                 }
                 let plan = plan.context("an EBT trains from a thinking plan")?;

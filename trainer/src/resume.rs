@@ -25,7 +25,7 @@ fn stored_key(id: &str) -> Option<(bool, &str)> {
         "block" => (true, "block_size"),
         "d_model" | "head_dim" | "steps" | "layers" | "ebt_noise" | "ff_mult" | "norm" | "eta" | "activation" | "eta_init" | "attn_beta" | "block_norm" => (true, id),
         "attn_mask" => (true, "attn_diag"),
-        "batch" | "lr" | "min_lr" | "warmup" | "weight_decay" | "dropout" | "grad_clip" | "eval_every" | "eval_iters" | "seed" => {
+        "batch" | "lr" | "min_lr" | "warmup" | "weight_decay" | "dropout" | "attn_dropout" | "grad_clip" | "eval_every" | "eval_iters" | "seed" => {
             (false, id)
         }
         // EBT's regularisers, stored under settings.ebt
@@ -98,8 +98,10 @@ impl TrainSettings {
                 return fail(field, v.to_string(), "must be finite and >= 0");
             }
         }
-        if !(0.0..1.0).contains(&self.dropout) {
-            return fail("dropout", self.dropout.to_string(), "must be in [0, 1)");
+        for (field, v) in [("dropout", self.dropout), ("attn_dropout", self.attn_dropout)] {
+            if !(0.0..1.0).contains(&v) {
+                return fail(field, v.to_string(), "must be in [0, 1)");
+            }
         }
         Ok(())
     }

@@ -38,6 +38,9 @@ pub struct TrainSettings {
     pub warmup: usize,
     pub weight_decay: f64,
     pub dropout: f64,
+    /// NRGPT: dropout on the attention probabilities (0 for runs saved before it existed).
+    #[serde(default)]
+    pub attn_dropout: f64,
     pub grad_clip: f64,
     pub eval_every: usize,
     pub eval_iters: usize,
@@ -77,6 +80,9 @@ impl RunPaths {
 
 const CSV_HEADER: &str = "iter,lr,loss,grad_norm,train_loss,val_loss,tok_per_s,elapsed_s";
 const STREAM_DROPOUT: u64 = 0xD50;
+/// Attention dropout draws from its own stream, so turning it on leaves the
+/// residual masks (and every earlier run) as they were.
+const STREAM_ATTN_DROPOUT: u64 = 0xA7D0;
 const STREAM_EVAL: u64 = 0xE7A1;
 /// The noise an EBT starts its training candidates from, and its regularisers.
 const STREAM_EBT: u64 = 0xEB7;
@@ -130,6 +136,9 @@ impl Learner {
         };
         if ebt_log_a.is_some() && s.dropout > 0.0 {
             bail!("dropout is not implemented for EBT: train it with --dropout 0");
+        }
+        if s.attn_dropout > 0.0 && !cfg.arch.is_nrgpt() {
+            bail!("--attn-dropout is built for NRGPT's attention energy only ({} has --dropout on its residual branches)", cfg.arch.name());
         }
         let replay = ReplayBuffer::new(cfg.block_size * cfg.vocab_size, 2 * s.batch);
         let backend = match (backend, ebt_log_a) {
@@ -201,6 +210,7 @@ impl Learner {
         let dev = Device::Cpu;
         let mut rng = Rng64::derive(s.seed, iter as u64);
         let mut drop = Dropout { p: s.dropout, rng: Rng64::derive(s.seed ^ STREAM_DROPOUT, iter as u64) };
+        let mut attn_drop = Dropout { p: s.attn_dropout, rng: Rng64::derive(s.seed ^ STREAM_ATTN_DROPOUT, iter as u64) };
         let replay = &mut self.replay;
         let plan = |replay: &ReplayBuffer| think_plan::draw(&s.ebt, cfg, s.batch, &mut Rng64::derive(s.seed ^ STREAM_EBT, iter as u64), replay);
         match &mut self.backend {
@@ -210,7 +220,7 @@ impl Learner {
                     Arch::Ebt => Some(plan(&*replay)?),
                     _ => None,
                 };
-                let (loss, last) = net.train_loss(&x, &y, &mut drop, plan.as_ref())?;
+                let (loss, last) = net.train_loss(&x, &y, &mut drop, &mut attn_drop, plan.as_ref())?;
                 if let (Some(last), true) = (last, s.ebt.replay > 0.0) {
                     replay.push(&last.flatten_all()?.to_vec1::<f32>()?);
                 }
@@ -230,7 +240,16 @@ impl Learner {
                     }
                 }
                 let masks = if masks.is_empty() { None } else { Some(masks) };
-                let loss = model.loss_and_grad(&x, &y, masks.as_deref())?;
+                // the attention masks the candle path draws, one per step
+                let attn_shape = [s.batch, cfg.n_head, cfg.block_size, cfg.block_size];
+                let mut attn_masks = Vec::new();
+                for _ in 0..cfg.steps {
+                    if let Some(m) = attn_drop.mask(&attn_shape, DType::F32, &dev)? {
+                        attn_masks.push(m.flatten_all()?.to_vec1::<f32>()?);
+                    }
+                }
+                let attn_masks = if attn_masks.is_empty() { None } else { Some(attn_masks) };
+                let loss = model.loss_and_grad_dropped(&x, &y, masks.as_deref(), attn_masks.as_deref())?;
                 let FastModel { lay, params, grads, .. } = &mut **model;
                 Ok((loss, fast_update(lay, params, grads, opt, lr, s.grad_clip)))
             }

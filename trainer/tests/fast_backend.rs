@@ -69,14 +69,25 @@ fn masks(cfg: &ModelConfig, p: f64) -> Option<Vec<Vec<f32>>> {
     Some((0..mask_count(cfg)).map(|_| d.mask(&shape, DType::F32, &Device::Cpu).unwrap().unwrap().flatten_all().unwrap().to_vec1().unwrap()).collect())
 }
 
+/// The attention-dropout masks (one per step, batch x heads x n x n), from the stream `reference` uses.
+fn attn_masks(cfg: &ModelConfig, p: f64) -> Option<Vec<Vec<f32>>> {
+    if p <= 0.0 {
+        return None;
+    }
+    let mut d = Dropout { p, rng: Rng64::new(77) };
+    let shape = [BATCH, cfg.n_head, cfg.block_size, cfg.block_size];
+    Some((0..cfg.steps).map(|_| d.mask(&shape, DType::F32, &Device::Cpu).unwrap().unwrap().flatten_all().unwrap().to_vec1().unwrap()).collect())
+}
+
 /// candle autograd in f64: loss and every parameter's gradient.
-fn reference(cfg: &ModelConfig, w: &Weights, ids: &[u32], tgt: &[u32], dropout: f64) -> (f64, Vec<(String, Vec<f64>)>) {
+fn reference(cfg: &ModelConfig, w: &Weights, ids: &[u32], tgt: &[u32], dropout: f64, attn: f64) -> (f64, Vec<(String, Vec<f64>)>) {
     let vars: Vec<(String, Var)> = w.iter().map(|(n, t)| (n.clone(), Var::from_tensor(t).unwrap())).collect();
     let model = Model::new(cfg, &vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect()).unwrap();
     let x = Tensor::from_slice(ids, (BATCH, cfg.block_size), &Device::Cpu).unwrap();
     let y = Tensor::from_slice(tgt, (BATCH, cfg.block_size), &Device::Cpu).unwrap();
     let mut drop = Dropout { p: dropout, rng: Rng64::new(99) };
-    let logits = model.forward(&x, ForwardOpts { dropout: Some(&mut drop), ..Default::default() }).unwrap().logits;
+    let mut attn_drop = Dropout { p: attn, rng: Rng64::new(77) };
+    let logits = model.forward(&x, ForwardOpts { dropout: Some(&mut drop), attn_dropout: Some(&mut attn_drop), ..Default::default() }).unwrap().logits;
     let loss = cross_entropy(&logits, &y).unwrap();
     let grads = loss.backward().unwrap();
     let g = vars
@@ -87,14 +98,14 @@ fn reference(cfg: &ModelConfig, w: &Weights, ids: &[u32], tgt: &[u32], dropout: 
 }
 
 /// Largest relative error over the loss and every gradient, with its name.
-fn compare(cfg: &ModelConfig, dropout: f64, threads: usize, fault: Option<Fault>) -> (f64, String) {
+fn compare(cfg: &ModelConfig, dropout: f64, attn: f64, threads: usize, fault: Option<Fault>) -> (f64, String) {
     let w = weights(cfg, 7);
     let (ids, tgt) = batch(cfg, 3);
-    let (ref_loss, ref_grads) = reference(cfg, &w, &ids, &tgt, dropout);
+    let (ref_loss, ref_grads) = reference(cfg, &w, &ids, &tgt, dropout, attn);
     let mut fast = FastModel::new(cfg, &w, BATCH, threads).unwrap();
     fast.fault = fault;
-    let mk = masks(cfg, dropout);
-    let loss = fast.loss_and_grad(&ids, &tgt, mk.as_deref()).unwrap();
+    let (mk, ak) = (masks(cfg, dropout), attn_masks(cfg, attn));
+    let loss = fast.loss_and_grad_dropped(&ids, &tgt, mk.as_deref(), ak.as_deref()).unwrap();
     let fg = fast.grad_weights().unwrap();
     let mut worst = ((loss - ref_loss).abs() / ref_loss.abs(), "loss".to_string());
     assert_eq!(fg.len(), ref_grads.len(), "every parameter has a gradient");
@@ -113,10 +124,15 @@ fn compare(cfg: &ModelConfig, dropout: f64, threads: usize, fault: Option<Fault>
 }
 
 fn check(cfg: &ModelConfig, dropout: f64) {
+    check_with(cfg, dropout, 0.0);
+}
+
+/// `check` with attention dropout `attn` as well.
+fn check_with(cfg: &ModelConfig, dropout: f64, attn: f64) {
     for threads in [1, 2] {
-        let (err, name) = compare(cfg, dropout, threads, None);
+        let (err, name) = compare(cfg, dropout, attn, threads, None);
         eprintln!(
-            "{} {:?} {:?} {:?} dropout {dropout} threads {threads}: max relative error {err:.2e} ({name})",
+            "{} {:?} {:?} {:?} dropout {dropout} attention dropout {attn} threads {threads}: max relative error {err:.2e} ({name})",
             cfg.arch.name(),
             cfg.activation,
             cfg.norm,
@@ -181,6 +197,30 @@ fn reference_options() {
     );
 }
 
+/// Dropout on the attention probabilities (the reference's 0.1 on `wei`):
+/// P' = P * mask in C and in the self term, and dP = dP' * mask; with the
+/// strict mask and with the diagonal, alone and beside the residual dropout.
+#[test]
+fn attention_dropout() {
+    let base = config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable);
+    check_with(&base, 0.0, 0.3);
+    let mut diag = base.clone();
+    diag.attn_diag = true;
+    check_with(&diag, 0.2, 0.3);
+    check_with(&config(Arch::NrgptFf1, Activation::Relu, NormKind::RmsNorm, EtaKind::Free), 0.0, 0.3);
+    // the masks act: the loss moves when they are on
+    let w = weights(&base, 7);
+    let (ids, tgt) = batch(&base, 3);
+    let mut fast = FastModel::new(&base, &w, BATCH, 1).unwrap();
+    let plain = fast.loss_and_grad(&ids, &tgt, None).unwrap();
+    let dropped = fast.loss_and_grad_dropped(&ids, &tgt, None, attn_masks(&base, 0.3).as_deref()).unwrap();
+    assert!((plain - dropped).abs() > 1e-5, "attention dropout changed nothing: {plain} vs {dropped}");
+    // and a GPT refuses them instead of ignoring them
+    let gpt = config(Arch::Gpt, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable);
+    let mut g = FastModel::new(&gpt, &weights(&gpt, 7), BATCH, 1).unwrap();
+    assert!(g.loss_and_grad_dropped(&ids, &tgt, None, attn_masks(&gpt, 0.3).as_deref()).is_err());
+}
+
 #[test]
 fn gpt_and_gpt_rec() {
     check(&config(Arch::Gpt, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable), 0.0);
@@ -215,7 +255,7 @@ fn a_wrong_backward_fails_the_check() {
     let mut diag = cfg.clone();
     diag.attn_diag = true;
     for (cfg, fault) in [(&cfg, Fault::NoSecondOrder), (&cfg, Fault::NoSoftmaxPath), (&diag, Fault::NoSelfQuery)] {
-        let (err, name) = compare(cfg, 0.0, 2, Some(fault));
+        let (err, name) = compare(cfg, 0.0, 0.0, 2, Some(fault));
         eprintln!("{fault:?}: max relative error {err:.2e} ({name})");
         assert!(err > 100.0 * TOL, "{fault:?} went unnoticed: error {err:e}");
     }
@@ -223,7 +263,8 @@ fn a_wrong_backward_fails_the_check() {
 
 /// Through the CLI: `--backend fast` and `--backend candle` train the same
 /// model on the same batches (losses agree to f32 round-off over a few
-/// updates), for NRGPT and for the GPT baseline, with dropout on.
+/// updates), for NRGPT and for the GPT baseline, with dropout on (and
+/// attention dropout for NRGPT).
 #[test]
 fn cli_backends_agree() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -234,6 +275,7 @@ fn cli_backends_agree() {
             .current_dir(&root)
             .args(["train", "--model", model, "--d-model", "32", "--heads", "2", "--steps", "2", "--block", "32", "--batch", "8"])
             .args(["--iters", "6", "--eval-every", "1000", "--eval-iters", "2", "--dropout", "0.1", "--quiet", "--backend", backend])
+            .args(if model == "gpt" { &[][..] } else { &["--attn-dropout", "0.1"][..] })
             .arg("--out")
             .arg(&out)
             .output()

@@ -35,6 +35,14 @@ impl AttnEnergy {
     /// the exact gradient gains - sum_h alpha_h p^h_AA J_h g_A = - sum_h alpha_h p^h_AA Wk_h^T q_A
     /// (the reference drops it: its update is then not a gradient of E_A).
     pub fn energy_grad(&self, g: &Tensor, want_energy: bool) -> Result<EnergyGrad> {
+        self.energy_grad_dropped(g, want_energy, None)
+    }
+
+    /// `energy_grad` with training's attention dropout: the probabilities in
+    /// the gradient become p * mask (mask (B, H, n, n), inverted dropout), as
+    /// the reference drops its `wei`. The update is then no longer the
+    /// gradient of E_A (training only); the energy itself is unchanged.
+    pub fn energy_grad_dropped(&self, g: &Tensor, want_energy: bool, drop: Option<&Tensor>) -> Result<EnergyGrad> {
         let (b, n, _) = g.dims3()?;
         let h = self.n_head;
         let beta = self.beta;
@@ -44,6 +52,10 @@ impl AttnEnergy {
         let s = (q.matmul(&k.t()?)? * beta)?.broadcast_add(&mask)?; // (B,H,A,B)
         let (p, lse) = softmax_lse(&s)?;
         let p = p.broadcast_mul(&rows)?; // under the strict mask the first token attends to nothing
+        let p = match drop {
+            Some(m) => (p * m)?,
+            None => p,
+        };
         let alpha = self.alpha.reshape((1, h, 1, 1))?;
         let ctx = p.matmul(&k)?.broadcast_mul(&alpha)?; // alpha_h sum_B p_AB k_B
         let mut grad = linear(&merge_heads(&ctx)?, &self.wq.t()?, None)?;

@@ -76,6 +76,9 @@ pub struct ForwardOpts<'a> {
     /// Record per-token energies E_A(t) and states x_A(t), t = 0..T.
     pub record: bool,
     pub dropout: Option<&'a mut Dropout>,
+    /// NRGPT: dropout on the attention probabilities, one (B, H, n, n) mask
+    /// per step from its own stream (so residual-dropout runs draw as before).
+    pub attn_dropout: Option<&'a mut Dropout>,
 }
 
 pub struct Forward {
@@ -207,10 +210,13 @@ impl Model {
 
     /// ids: (B, n) u32 token ids.
     pub fn forward(&self, ids: &Tensor, opts: ForwardOpts) -> Result<Forward> {
-        let ForwardOpts { steps, record, mut dropout } = opts;
+        let ForwardOpts { steps, record, mut dropout, mut attn_dropout } = opts;
         let steps = steps.unwrap_or(self.cfg.steps);
         let mut x = self.embed(ids)?;
         let (shape, dtype, dev) = (x.dims().to_vec(), x.dtype(), x.device().clone());
+        // the attention masks' shape (B, H, n, n)
+        let attn_shape = [shape[0], self.cfg.n_head, shape[1], shape[1]];
+        let attn_dev = dev.clone();
         let mut drop = move || -> Result<Option<Tensor>> {
             match dropout.as_deref_mut() {
                 Some(d) => d.mask(&shape, dtype, &dev),
@@ -228,7 +234,11 @@ impl Model {
                     if record {
                         states.push(x.clone());
                     }
-                    let out = block.step(&x, record, drop()?.as_ref())?;
+                    let attn_mask = match attn_dropout.as_deref_mut() {
+                        Some(d) => d.mask(&attn_shape, dtype, &attn_dev)?,
+                        None => None,
+                    };
+                    let out = block.step(&x, record, drop()?.as_ref(), attn_mask.as_ref())?;
                     energies.extend(out.energy);
                     x = out.x_next;
                 }

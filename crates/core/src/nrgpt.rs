@@ -44,7 +44,12 @@ pub struct StepOut {
 impl NrgptBlock {
     /// E_A = E_AT(A) + ff_scale * E_FF(A) and its gradient w.r.t. g_A.
     pub fn energy_grad(&self, g: &Tensor, want_energy: bool) -> Result<EnergyGrad> {
-        let a = self.attn.energy_grad(g, want_energy)?;
+        self.energy_grad_dropped(g, want_energy, None)
+    }
+
+    /// `energy_grad` with the attention probabilities dropped by `attn_drop` (training only).
+    fn energy_grad_dropped(&self, g: &Tensor, want_energy: bool, attn_drop: Option<&Tensor>) -> Result<EnergyGrad> {
+        let a = self.attn.energy_grad_dropped(g, want_energy, attn_drop)?;
         let f = self.ff.energy_grad(self.act, g, want_energy)?;
         let grad = (a.grad + f.grad.broadcast_mul(&self.ff_scale)?)?;
         let energy = match (a.energy, f.energy) {
@@ -71,10 +76,11 @@ impl NrgptBlock {
         }
     }
 
-    /// x(t+1) = x(t) - eta * dE/dg(t); `dropout` (if any) masks the update.
-    pub fn step(&self, x: &Tensor, want_energy: bool, dropout: Option<&Tensor>) -> Result<StepOut> {
+    /// x(t+1) = x(t) - eta * dE/dg(t); `dropout` (if any) masks the update,
+    /// `attn_drop` (if any) the attention probabilities inside dE/dg.
+    pub fn step(&self, x: &Tensor, want_energy: bool, dropout: Option<&Tensor>, attn_drop: Option<&Tensor>) -> Result<StepOut> {
         let g = self.normed(x)?;
-        let eg = self.energy_grad(&g, want_energy)?;
+        let eg = self.energy_grad_dropped(&g, want_energy, attn_drop)?;
         let mut update = self.apply_eta(&eg.grad)?;
         if let Some(mask) = dropout {
             update = (update * mask)?;

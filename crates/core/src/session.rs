@@ -153,7 +153,7 @@ impl Session {
         let ctx = &self.ids[..];
         let n = ctx.len();
         let t = Tensor::from_slice(ctx, (1, n), self.model.device())?;
-        let f = self.model.forward(&t, ForwardOpts { steps: opts.steps, record: true, dropout: None })?;
+        let f = self.model.forward(&t, ForwardOpts { steps: opts.steps, record: true, ..Default::default() })?;
         let last = |x: &Tensor| -> Result<Vec<f32>> { Ok(x.get(0)?.get(n - 1)?.to_dtype(DType::F32)?.to_vec1()?) };
         let mut step_logits = Vec::with_capacity(f.states.len());
         let mut proj = Vec::with_capacity(f.states.len());

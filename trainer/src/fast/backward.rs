@@ -67,7 +67,7 @@ pub fn embed_bwd(lay: &WeightLayout, ids: &[u32], n: usize, d: usize, mask: Opti
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>, fault: Option<Fault>) {
+pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>, attn_masks: Option<&[&[f32]]>, fault: Option<Fault>) {
     let Dims { nb, n, r, d, h, dh, hd, m, steps, .. } = ws.dims;
     let beta = cfg.beta() as f32;
     let ix = lay.nrgpt().expect("an NRGPT pass on a GPT layout");
@@ -82,6 +82,8 @@ pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec
     for t in (0..steps).rev() {
         let st = &tape[t];
         let mask = masks.map(|mk| mk[t + 1]);
+        // attention dropout: the forward used P' = P * drop in C and in the self term
+        let attn_drop = attn_masks.map(|mk| mk[t]);
         // dL/d(update) = -D * mask   (x(t+1) = x(t) - mask * update); into tmp_d
         match mask {
             Some(mk) => (0..r * d).for_each(|i| tmp_d[i] = -dx[i] * mk[i]),
@@ -135,7 +137,7 @@ pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec
         if cfg.attn_diag {
             // self term -(alpha p_AA q) Wk (dq is scratch until the head loop writes it):
             // dWk += -(alpha p_AA q)^T G; e := d(alpha p_AA q) = -G Wk^T (into dv)
-            self_term(&st.q, &st.p, alpha, nb, n, dh, dq);
+            self_term(&st.q, &st.p, attn_drop, alpha, nb, n, dh, dq);
             mm(&mut grads[ix.wk], View::rm(dq, r, hd).t(), gdv, true, -1.0);
             mm(dv, gdv, View::rm(&pt[ix.wk], d, hd), false, -1.0);
         }
@@ -145,8 +147,16 @@ pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec
                 let pb = &st.p[(b * h + hh) * n * n..(b * h + hh + 1) * n * n];
                 let (qv, kv) = (View::strided(&st.q[off..], n, dh, hd), View::strided(&st.k[off..], n, dh, hd));
                 let dcv = View::strided(&tmp_hd[off..], n, dh, hd);
-                // dk = P^T dC
-                mm_ld(&mut dk[off..], hd, View::rm(pb, n, n).t(), dcv, false, 1.0);
+                let mb = attn_drop.map(|mk| &mk[(b * h + hh) * n * n..(b * h + hh + 1) * n * n]);
+                // dk = P'^T dC (P' = P * drop: what C was made of; nn is scratch until dP)
+                let used: &[f32] = match mb {
+                    Some(mk) => {
+                        nn.iter_mut().zip(pb.iter().zip(mk)).for_each(|(o, (p, m))| *o = p * m);
+                        nn
+                    }
+                    None => pb,
+                };
+                mm_ld(&mut dk[off..], hd, View::rm(used, n, n).t(), dcv, false, 1.0);
                 if faulty(fault, Fault::NoSoftmaxPath) {
                     nn.fill(0.0);
                 } else {
@@ -160,8 +170,12 @@ pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec
                         let row = (b * n + i) * hd + hh * dh;
                         let eq: f32 = (0..dh).map(|j| dv[row + j] * st.q[row + j]).sum();
                         nn[i * n + i] += alpha[hh] * eq;
-                        grads[ix.alpha][hh] += pb[i * n + i] * eq;
+                        grads[ix.alpha][hh] += pb[i * n + i] * mb.map_or(1.0, |m| m[i * n + i]) * eq;
                     }
+                }
+                if let Some(mk) = mb {
+                    // dP = dP' * drop
+                    nn.iter_mut().zip(mk).for_each(|(g, m)| *g *= m);
                 }
                 // dS = beta P * (dP - sum_j P dP), softmax VJP (zero where masked and in row 0)
                 softmax_vjp(pb, nn, n, beta);
@@ -172,7 +186,7 @@ pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec
                 if cfg.attn_diag && !faulty(fault, Fault::NoSelfQuery) {
                     // and dq_A += alpha_h p_AA e_A
                     for i in 0..n {
-                        let (row, paa) = ((b * n + i) * hd + hh * dh, pb[i * n + i]);
+                        let (row, paa) = ((b * n + i) * hd + hh * dh, pb[i * n + i] * mb.map_or(1.0, |m| m[i * n + i]));
                         (0..dh).for_each(|j| dq[row + j] += alpha[hh] * paa * dv[row + j]);
                     }
                 }

@@ -24,15 +24,18 @@ pub fn scale_heads(c: &[f32], alpha: &[f32], dh: usize, out: &mut [f32]) {
 
 /// The attention's self term with the diagonal in the mask:
 /// out[row, h*dh + j] = alpha_h p^h_AA q[row, h*dh + j] (A = the row's position),
-/// `p` the (nb, h, n, n) probabilities. dE_AT/dg gains -(this) Wk.
-pub fn self_term(q: &[f32], p: &[f32], alpha: &[f32], nb: usize, n: usize, dh: usize, out: &mut [f32]) {
+/// `p` the (nb, h, n, n) probabilities, times the attention dropout mask
+/// `drop` (same shape) if any. dE_AT/dg gains -(this) Wk.
+#[allow(clippy::too_many_arguments)]
+pub fn self_term(q: &[f32], p: &[f32], drop: Option<&[f32]>, alpha: &[f32], nb: usize, n: usize, dh: usize, out: &mut [f32]) {
     let h = alpha.len();
     let hd = h * dh;
     for b in 0..nb {
         for i in 0..n {
             let row = (b * n + i) * hd;
             for (hh, a) in alpha.iter().enumerate() {
-                let paa = p[(b * h + hh) * n * n + i * n + i];
+                let at = (b * h + hh) * n * n + i * n + i;
+                let paa = p[at] * drop.map_or(1.0, |m| m[at]);
                 for j in hh * dh..(hh + 1) * dh {
                     out[row + j] = a * paa * q[row + j];
                 }
@@ -68,16 +71,17 @@ pub fn readout(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<
 }
 
 /// Runs the chunk (`pt`: the transposed weight matrices, see `Buffers::transposes`): `ids`/`tgt` its (nb * n) tokens and targets, `masks` its
-/// T+1 dropout masks (embedding, then each step) if dropout is on.
+/// T+1 dropout masks (embedding, then each step) if dropout is on, `attn_masks`
+/// its T attention-dropout masks ((nb, h, n, n) each) if that is on.
 /// Leaves `ws.loss_sum` and, in `ws.probs`, dL/dlogits for a loss averaged over `total_tokens`.
 #[allow(clippy::too_many_arguments)]
-pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], tgt: &[u32], masks: Option<&[&[f32]]>, total_tokens: usize) {
+pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], tgt: &[u32], masks: Option<&[&[f32]]>, attn_masks: Option<&[&[f32]]>, total_tokens: usize) {
     let Dims { nb, n, r, d, h, dh, hd, m, steps, .. } = ws.dims;
     let eps = cfg.eps as f32;
     let ix = lay.nrgpt().expect("an NRGPT pass on a GPT layout");
     // the attention inverse temperature (1/sqrt(head_dim) unless the config fixes it)
     let beta = cfg.beta() as f32;
-    let Workspace { tape, x_out, tmp_d, tmp_hd, ones, .. } = ws;
+    let Workspace { tape, x_out, tmp_d, tmp_hd, ones, nn, .. } = ws;
     // the block norm's gain: learned, or fixed at 1 (the bare norm)
     let gamma: &[f32] = ix.gamma.map_or(&ones[..], |i| &p[i]);
     let (wq, alpha, w1, b1) = (&p[ix.wq], &p[ix.alpha], &p[ix.w1], &p[ix.b1]);
@@ -89,6 +93,7 @@ pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<
         let (head, tail) = tape.split_at_mut(t + 1);
         let st = &mut head[t];
         let x_next: &mut Vec<f32> = if t + 1 < steps { &mut tail[0].x } else { &mut *x_out };
+        let attn_drop = attn_masks.map(|mk| mk[t]);
         // g = N(x)
         norm_fwd(cfg.norm, &st.x, gamma, eps, d, &mut st.xh, &mut st.rstd, &mut st.g);
         if let Some(bi) = ix.norm_bias {
@@ -113,8 +118,16 @@ pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<
                 } else {
                     softmax_strict(pb, n);
                 }
-                // C_h = P_h k_h
-                mm_ld(&mut st.c[off..], hd, View::rm(pb, n, n), kv, false, 1.0);
+                // C_h = P_h k_h, with P_h * mask under attention dropout
+                let used: &[f32] = match attn_drop {
+                    Some(mk) => {
+                        let mb = &mk[(b * h + hh) * n * n..(b * h + hh + 1) * n * n];
+                        nn.iter_mut().zip(pb.iter().zip(mb)).for_each(|(o, (p, m))| *o = p * m);
+                        nn
+                    }
+                    None => pb,
+                };
+                mm_ld(&mut st.c[off..], hd, View::rm(used, n, n), kv, false, 1.0);
             }
         }
         // dE_AT/dg = - sum_h alpha_h Wq_h^T (P_h k_h) = -(alpha C) Wq
@@ -122,7 +135,7 @@ pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<
         mm(&mut st.grad, View::rm(tmp_hd, r, hd), View::rm(wq, hd, d), false, -1.0);
         if cfg.attn_diag {
             // with the diagonal: dE_AT/dg -= sum_h alpha_h p_AA Wk_h^T q_h = (alpha p_AA q) Wk
-            self_term(&st.q, &st.p, alpha, nb, n, dh, tmp_hd);
+            self_term(&st.q, &st.p, attn_drop, alpha, nb, n, dh, tmp_hd);
             mm(&mut st.grad, View::rm(tmp_hd, r, hd), View::rm(&p[ix.wk], hd, d), true, -1.0);
         }
 

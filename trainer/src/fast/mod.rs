@@ -165,7 +165,13 @@ impl FastModel {
     /// its gradient into `self.grads`. `masks`: the `mask_count` dropout masks,
     /// each batch * block * d_model, if dropout is on.
     pub fn loss_and_grad(&mut self, ids: &[u32], tgt: &[u32], masks: Option<&[Vec<f32>]>) -> Result<f64> {
-        let (n, d) = (self.cfg.block_size, self.cfg.d_model);
+        self.loss_and_grad_dropped(ids, tgt, masks, None)
+    }
+
+    /// `loss_and_grad` with attention dropout (NRGPT): `attn_masks`, one per
+    /// step, each batch * heads * block * block.
+    pub fn loss_and_grad_dropped(&mut self, ids: &[u32], tgt: &[u32], masks: Option<&[Vec<f32>]>, attn_masks: Option<&[Vec<f32>]>) -> Result<f64> {
+        let (n, d, h) = (self.cfg.block_size, self.cfg.d_model, self.cfg.n_head);
         let total = self.batch * n;
         if ids.len() != total || tgt.len() != total {
             bail!("batch of {} tokens, expected {total}", ids.len());
@@ -173,6 +179,14 @@ impl FastModel {
         if let Some(mk) = masks {
             if mk.len() != mask_count(&self.cfg) || mk.iter().any(|m| m.len() != total * d) {
                 bail!("dropout masks have the wrong shape");
+            }
+        }
+        if let Some(mk) = attn_masks {
+            if !self.cfg.arch.is_nrgpt() {
+                bail!("attention dropout is built for NRGPT's attention energy only");
+            }
+            if mk.len() != self.cfg.steps || mk.iter().any(|m| m.len() != self.batch * h * n * n) {
+                bail!("attention dropout masks have the wrong shape");
             }
         }
         if let Some(&bad) = ids.iter().chain(tgt).find(|&&t| t as usize >= self.cfg.vocab_size) {
@@ -187,11 +201,14 @@ impl FastModel {
         let run = |ws: &mut Workspace, row0: usize| {
             let rows = ws.dims.r;
             let ck: Option<Vec<&[f32]>> = masks.map(|mk| mk.iter().map(|m| &m[row0 * d..(row0 + rows) * d]).collect());
+            // the chunk's sequences row0 / n .. (row0 + rows) / n
+            let per_seq = h * n;
+            let ak: Option<Vec<&[f32]>> = attn_masks.map(|mk| mk.iter().map(|m| &m[row0 * per_seq..(row0 + rows) * per_seq]).collect());
             ws.grads.iter_mut().for_each(|g| g.fill(0.0));
             let (ids, tgt) = (&ids[row0..row0 + rows], &tgt[row0..row0 + rows]);
             if cfg.arch.is_nrgpt() {
-                forward::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), total);
-                backward::backward(cfg, lay, params, pt, ws, ids, ck.as_deref(), fault);
+                forward::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), ak.as_deref(), total);
+                backward::backward(cfg, lay, params, pt, ws, ids, ck.as_deref(), ak.as_deref(), fault);
             } else {
                 gpt_baselines::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), total);
                 gpt_baselines::backward(cfg, lay, params, ws, ids, ck.as_deref());

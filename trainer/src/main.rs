@@ -11,7 +11,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use nrgpt_core::format::Scheme;
 use nrgpt_core::model::num_params;
 use nrgpt_core::sample::{generate, SampleOpts};
-use nrgpt_core::{Activation, Arch, BlockNorm, Checkpoint, EtaInit, EtaKind, ModelConfig, NormKind, Vocab};
+use nrgpt_core::{Activation, Arch, BlockNorm, Checkpoint, EtaInit, EtaKind, GptBlock, ModelConfig, NormKind, Vocab};
 use serde::Serialize;
 use nrgpt_core::bounds::{MAX_BLOCK, MAX_D_MODEL, MAX_FF_MULT, MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS, MAX_STEPS};
 use trainer::cli_values::{non_negative_f32, count, dropout, non_negative, positive, temperature, top_p, MAX_SAMPLE_LEN};
@@ -154,8 +154,13 @@ struct TrainArgs {
     /// NRGPT: the block norm learns a gain (ours) | is bare: gain fixed at 1, learnable bias (the reference's).
     #[arg(long, value_parser = parse_block_norm)]
     block_norm: Option<BlockNorm>,
-    /// reference: the reference's model choices together (beta 1, mask with the diagonal,
-    /// free eta from N(0, 0.02), bare block norm, full-rank J: head_dim = d_model); a flag given beside it wins.
+    /// GPT baselines: sequential (ours: MLP after attention, GPT-2 init) | parallel (the
+    /// reference's GPT_Rec_parallel block: both branches read x; plain N(0, 0.02) init).
+    #[arg(long, value_parser = parse_gpt_block)]
+    gpt_block: Option<GptBlock>,
+    /// reference: the reference's model choices together; NRGPT: beta 1, mask with the diagonal,
+    /// free eta from N(0, 0.02), bare block norm, full-rank J (head_dim = d_model); gpt and gpt-rec:
+    /// the parallel block with ReLU (its GPT_Rec_parallel). A flag given beside it wins.
     #[arg(long, value_parser = ["reference"])]
     preset: Option<String>,
     #[arg(long, default_value_t = 250, value_parser = count(1, 1 << 40))]
@@ -332,28 +337,40 @@ fn parse_eta_init(s: &str) -> Result<EtaInit, String> {
 /// set (a resumed run checks them as if given).
 fn model_config(a: &TrainArgs, vocab_len: usize, given: &[String]) -> (ModelConfig, Vec<String>) {
     let reference = a.preset.as_deref() == Some("reference");
+    let (nrgpt, gpt) = (a.model.is_nrgpt(), matches!(a.model, Arch::Gpt | Arch::GptRec));
     let set = |id: &str| given.iter().any(|g| g == id);
     let mut by_preset = Vec::new();
-    let mut pick = |id: &str, own: bool| {
-        let use_preset = reference && !own;
+    // the preset sets `id` for the models it `applies` to, unless the flag is given
+    let mut pick = |id: &str, own: bool, applies: bool| {
+        let use_preset = reference && applies && !own;
         if use_preset {
             by_preset.push(id.to_string());
         }
         use_preset
     };
     let mut cfg = ModelConfig::new(a.model, vocab_len, a.d_model, a.heads, a.steps, a.block);
-    cfg.head_dim = if pick("head_dim", a.head_dim.is_some()) { a.d_model } else { a.head_dim.unwrap_or(a.d_model / a.heads.max(1)) };
+    cfg.head_dim = if pick("head_dim", a.head_dim.is_some(), nrgpt) { a.d_model } else { a.head_dim.unwrap_or(a.d_model / a.heads.max(1)) };
     cfg.ff_mult = a.ff_mult;
     cfg.norm = a.norm;
-    cfg.eta = if pick("eta", set("eta")) { EtaKind::Free } else { a.eta };
-    cfg.eta_init = if pick("eta_init", a.eta_init.is_some()) { EtaInit::Normal } else { a.eta_init.unwrap_or_default() };
-    cfg.attn_beta = if pick("attn_beta", a.attn_beta.is_some()) { Some(1.0) } else { a.attn_beta };
-    cfg.attn_diag = if pick("attn_mask", a.attn_mask.is_some()) { true } else { a.attn_mask.as_deref() == Some("diagonal") };
-    cfg.block_norm = if pick("block_norm", a.block_norm.is_some()) { BlockNorm::Bare } else { a.block_norm.unwrap_or_default() };
-    cfg.activation = a.activation;
+    cfg.eta = if pick("eta", set("eta"), nrgpt) { EtaKind::Free } else { a.eta };
+    cfg.eta_init = if pick("eta_init", a.eta_init.is_some(), nrgpt) { EtaInit::Normal } else { a.eta_init.unwrap_or_default() };
+    cfg.attn_beta = if pick("attn_beta", a.attn_beta.is_some(), nrgpt) { Some(1.0) } else { a.attn_beta };
+    cfg.attn_diag = if pick("attn_mask", a.attn_mask.is_some(), nrgpt) { true } else { a.attn_mask.as_deref() == Some("diagonal") };
+    cfg.block_norm = if pick("block_norm", a.block_norm.is_some(), nrgpt) { BlockNorm::Bare } else { a.block_norm.unwrap_or_default() };
+    // the reference's baselines: GPT_Rec_parallel's block, ReLU (its FeedForward)
+    cfg.gpt_block = if pick("gpt_block", a.gpt_block.is_some(), gpt) { GptBlock::Parallel } else { a.gpt_block.unwrap_or_default() };
+    cfg.activation = if pick("activation", set("activation"), gpt) { Activation::Relu } else { a.activation };
     cfg.layers = a.layers;
     cfg.ebt_noise = a.ebt_noise;
     (cfg, by_preset)
+}
+
+fn parse_gpt_block(s: &str) -> Result<GptBlock, String> {
+    match s {
+        "sequential" => Ok(GptBlock::Sequential),
+        "parallel" => Ok(GptBlock::Parallel),
+        _ => Err(format!("`{s}`: expected sequential or parallel")),
+    }
 }
 
 fn parse_act(s: &str) -> Result<Activation, String> {

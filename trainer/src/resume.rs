@@ -23,7 +23,7 @@ fn stored_key(id: &str) -> Option<(bool, &str)> {
         "model" => (true, "arch"),
         "heads" => (true, "n_head"),
         "block" => (true, "block_size"),
-        "d_model" | "head_dim" | "steps" | "layers" | "ebt_noise" | "ff_mult" | "norm" | "eta" | "activation" | "eta_init" | "attn_beta" | "block_norm" => (true, id),
+        "d_model" | "head_dim" | "steps" | "layers" | "ebt_noise" | "ff_mult" | "norm" | "eta" | "activation" | "eta_init" | "attn_beta" | "block_norm" | "gpt_block" => (true, id),
         "attn_mask" => (true, "attn_diag"),
         "batch" | "lr" | "min_lr" | "warmup" | "weight_decay" | "dropout" | "attn_dropout" | "grad_clip" | "eval_every" | "eval_iters" | "seed" => {
             (false, id)

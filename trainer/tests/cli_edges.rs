@@ -106,5 +106,15 @@ fn preset_reference_sets_the_reference_options() {
     assert!(!o.status.success() && err.contains("--attn-beta"), "{err}");
     let o = run(&["--iters", "2", "--resume"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // for gpt-rec the preset is the reference's GPT_Rec_parallel: the parallel block with ReLU
+    let _ = std::fs::remove_dir_all(&out);
+    let o = run(&["--iters", "1", "--model", "gpt-rec", "--preset", "reference"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ck = nrgpt_core::Checkpoint::from_bytes(&std::fs::read(out.join("ckpt.safetensors")).unwrap(), candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+    assert_eq!((ck.config.gpt_block, ck.config.activation), (nrgpt_core::GptBlock::Parallel, nrgpt_core::Activation::Relu));
+    assert!(!ck.config.attn_diag && ck.config.attn_beta.is_none(), "NRGPT's choices stay off a GPT");
+    // and an NRGPT refuses the parallel block by name
+    let o = run(&["--iters", "1", "--gpt-block", "parallel"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("gpt_block"), "{}", String::from_utf8_lossy(&o.stderr));
     let _ = std::fs::remove_dir_all(&out);
 }

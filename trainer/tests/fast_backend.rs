@@ -6,7 +6,7 @@
 use candle_core::{DType, Device, Tensor, Var};
 use nrgpt_core::model::{cross_entropy, init_weights, Dropout, Weights};
 use nrgpt_core::rng::Rng64;
-use nrgpt_core::{Activation, Arch, BlockNorm, EtaInit, EtaKind, ForwardOpts, Model, ModelConfig, NormKind};
+use nrgpt_core::{Activation, Arch, BlockNorm, EtaInit, EtaKind, ForwardOpts, GptBlock, Model, ModelConfig, NormKind};
 use trainer::fast::{mask_count, Fault, FastModel};
 
 /// Relative tolerance on the loss and on each gradient (l2 norm of the error
@@ -227,6 +227,12 @@ fn gpt_and_gpt_rec() {
     check(&config(Arch::GptRec, Activation::Relu, NormKind::RmsNorm, EtaKind::Stable), 0.0);
     check(&config(Arch::Gpt, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable), 0.2);
     check(&config(Arch::GptRec, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable), 0.2);
+    // the reference's GPT_Rec_parallel block: both branches read the layer's input
+    for (arch, dropout) in [(Arch::GptRec, 0.0), (Arch::Gpt, 0.2)] {
+        let mut c = config(arch, Activation::Relu, NormKind::LayerNorm, EtaKind::Stable);
+        c.gpt_block = GptBlock::Parallel;
+        check(&c, dropout);
+    }
 }
 
 /// Thread count changes nothing, to the bit (chunks are fixed, summed in order).

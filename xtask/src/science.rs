@@ -1,7 +1,8 @@
 //! `cargo xtask bench --science`: NRGPT against GPT at an equal token budget
 //! (issue 18), as two studies over one pool of training runs:
 //!
-//! - **scaling**: every model family at two sizes, the same iterations,
+//! - **scaling**: every model family (with both recurrent baselines: ours,
+//!   and the reference's `GPT_Rec_parallel`) at two sizes, the same iterations,
 //!   batch, data order and seed, with the same learning-rate search per model
 //!   at the small size; the large size reuses the lr each model chose there.
 //! - **ablation**: NRGPT-FF2W at the small size with each of the reference's
@@ -66,6 +67,7 @@ fn full_plan() -> Plan {
             s("nrgpt-ff1", &["--model", "nrgpt-ff1", "--d-model", "128", "--heads", "4", "--steps", "4", "--ff-mult", "8"]),
             s("gpt (4 layers)", &["--model", "gpt", "--d-model", "64", "--heads", "4", "--steps", "4"]),
             s("gpt-rec (1 layer x4)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4"]),
+            s("gpt-rec parallel, ReLU (the reference's)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4", "--preset", "reference"]),
         ],
         large: vec![
             m("nrgpt-ff2w", &["--model", "nrgpt-ff2w", "--d-model", "256", "--heads", "8", "--steps", "4", "--ff-mult", "5"]),
@@ -73,6 +75,7 @@ fn full_plan() -> Plan {
             m("nrgpt-ff1", &["--model", "nrgpt-ff1", "--d-model", "256", "--heads", "8", "--steps", "4", "--ff-mult", "10"]),
             m("gpt (4 layers)", &["--model", "gpt", "--d-model", "128", "--heads", "4", "--steps", "4"]),
             m("gpt-rec (1 layer x4)", &["--model", "gpt-rec", "--d-model", "256", "--heads", "8", "--steps", "4"]),
+            m("gpt-rec parallel, ReLU (the reference's)", &["--model", "gpt-rec", "--d-model", "256", "--heads", "8", "--steps", "4", "--preset", "reference"]),
         ],
         ablation: vec![
             s("nrgpt-ff2w", FF2W_S),

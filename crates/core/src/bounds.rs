@@ -6,7 +6,7 @@
 //! checks (the layout's products, the decoders' slicing) relies on them.
 
 use crate::layout::{Body, WeightLayout};
-use crate::{Arch, BlockNorm, EtaInit, EtaKind, Error, ModelConfig, Result};
+use crate::{Arch, BlockNorm, EtaInit, EtaKind, Error, GptBlock, ModelConfig, Result};
 
 /// Largest vocabulary (a character model; ids are u32).
 pub const MAX_VOCAB: usize = 1 << 16;
@@ -91,6 +91,9 @@ fn check_nrgpt_options(cfg: &ModelConfig) -> Result<()> {
     }
     if !nrgpt && cfg.block_norm != BlockNorm::Gain {
         return Err(field_err("block_norm", cfg.block_norm.name(), "must be gain: only NRGPT has a block norm to make bare".into()));
+    }
+    if cfg.gpt_block != GptBlock::Sequential && !matches!(cfg.arch, Arch::Gpt | Arch::GptRec) {
+        return Err(field_err("gpt_block", cfg.gpt_block.name(), format!("must be sequential: only the GPT baselines have a parallel block, not {}", cfg.arch.name())));
     }
     if cfg.eta_init != EtaInit::Identity && !(nrgpt && cfg.eta == EtaKind::Free) {
         return Err(field_err("eta_init", cfg.eta_init.name(), "must be identity unless the model is an NRGPT with a free eta".into()));
@@ -218,6 +221,8 @@ mod tests {
             // a stable step has no matrix to initialise
             ("eta_init", Box::new(|c| c.eta_init = EtaInit::Normal)),
             ("block_norm", Box::new(|c| (c.arch, c.block_norm) = (Arch::GptRec, BlockNorm::Bare))),
+            ("gpt_block", Box::new(|c| c.gpt_block = GptBlock::Parallel)),
+            ("gpt_block", Box::new(|c| (c.arch, c.gpt_block) = (Arch::Ebt, GptBlock::Parallel))),
             // each field in range, the product over the cap
             ("parameters", Box::new(|c| (c.d_model, c.ff_mult, c.head_dim, c.n_head) = (8192, 64, 8192, 1024))),
         ];

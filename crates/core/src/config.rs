@@ -121,6 +121,29 @@ impl EtaInit {
     }
 }
 
+/// How a GPT baseline's layer combines its attention and MLP branches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GptBlock {
+    /// x + Attn(N1(x)), then + MLP(N2(.)) of that sum, GPT-2's init (ours).
+    #[default]
+    Sequential,
+    /// The reference's `Block_parallel` (its `GPT_Rec_parallel` baseline):
+    /// x + Attn(N1(x)) + MLP(N2(x)), both branches read the same x; every
+    /// matrix starts N(0, 0.02) as in its `_init_weights` (no GPT-2 scaling
+    /// of the residual projections).
+    Parallel,
+}
+
+impl GptBlock {
+    pub fn name(self) -> &'static str {
+        match self {
+            GptBlock::Sequential => "sequential",
+            GptBlock::Parallel => "parallel",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Activation {
@@ -185,6 +208,9 @@ pub struct ModelConfig {
     /// What the NRGPT block norm learns.
     #[serde(default, skip_serializing_if = "is_default")]
     pub block_norm: BlockNorm,
+    /// How a GPT baseline's layer combines its branches.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub gpt_block: GptBlock,
 }
 
 impl ModelConfig {
@@ -209,6 +235,7 @@ impl ModelConfig {
             attn_diag: false,
             eta_init: EtaInit::Identity,
             block_norm: BlockNorm::Gain,
+            gpt_block: GptBlock::Sequential,
         }
     }
 

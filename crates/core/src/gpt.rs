@@ -7,7 +7,7 @@ use crate::layout::GptIdx;
 use crate::linear::linear;
 use crate::norm::norm;
 use crate::ops::{activation, causal_masks, merge_heads, softmax_lse, split_heads};
-use crate::{Activation, ModelConfig, NormKind};
+use crate::{Activation, GptBlock, ModelConfig, NormKind};
 
 pub struct GptLayer {
     pub norm: NormKind,
@@ -24,6 +24,8 @@ pub struct GptLayer {
     pub w2: Tensor, // (D, M)
     pub b2: Tensor,
     pub act: Activation,
+    /// Both branches read the layer's input (the reference's `Block_parallel`).
+    pub parallel: bool,
 }
 
 impl GptLayer {
@@ -44,6 +46,7 @@ impl GptLayer {
             w2: get(ix.w2),
             b2: get(ix.b2),
             act: cfg.activation,
+            parallel: cfg.gpt_block == GptBlock::Parallel,
         }
     }
 
@@ -64,15 +67,17 @@ impl GptLayer {
         linear(&s, &self.w2, Some(&self.b2))
     }
 
-    /// x + Attn(N(x)), then + MLP(N(x)); the dropout masks (if any) mask each residual branch.
+    /// x' = x + Attn(N1(x)), then x' + MLP(N2(x')); parallel: x + Attn(N1(x)) + MLP(N2(x)).
+    /// The dropout masks (if any) mask each residual branch.
     pub fn forward(&self, x: &Tensor, drop_attn: Option<&Tensor>, drop_mlp: Option<&Tensor>) -> Result<Tensor> {
         let masked = |t: Tensor, m: Option<&Tensor>| match m {
             Some(m) => t * m,
             None => Ok(t),
         };
         let a = self.attention(&norm(self.norm, x, &self.ln1, self.eps)?.g)?;
-        let x = (x + masked(a, drop_attn)?)?;
-        let f = self.mlp(&norm(self.norm, &x, &self.ln2, self.eps)?.g)?;
-        &x + masked(f, drop_mlp)?
+        let after_attn = (x + masked(a, drop_attn)?)?;
+        let mlp_in = if self.parallel { x } else { &after_attn };
+        let f = self.mlp(&norm(self.norm, mlp_in, &self.ln2, self.eps)?.g)?;
+        &after_attn + masked(f, drop_mlp)?
     }
 }

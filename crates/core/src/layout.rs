@@ -4,7 +4,7 @@
 //! packer and the fast trainer all index weights through [`WeightLayout`];
 //! no other module spells a weight's name.
 
-use crate::{Arch, BlockNorm, EtaInit, EtaKind, ModelConfig};
+use crate::{Arch, BlockNorm, EtaInit, EtaKind, GptBlock, ModelConfig};
 
 /// How a parameter starts.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -130,8 +130,12 @@ pub const MAX_ABS_REPLAY: f32 = 1e6;
 /// layers and EBT's energy network share the parameters).
 fn gpt_layer(b: &mut Builder, cfg: &ModelConfig, l: usize, std: f64, applied: usize) -> GptIdx {
     let (d, m, hd) = (cfg.d_model, cfg.ff_hidden(), cfg.n_head * cfg.head_dim);
-    // GPT-2's scaled init of the projections that write into the residual stream.
-    let proj_std = std / (2.0 * applied as f64).sqrt();
+    // GPT-2's scaled init of the projections that write into the residual
+    // stream; the reference's parallel baseline starts every matrix alike
+    let proj_std = match cfg.gpt_block {
+        GptBlock::Sequential => std / (2.0 * applied as f64).sqrt(),
+        GptBlock::Parallel => std,
+    };
     let mut p = |s: &str, shape: Vec<usize>, init| b.add(format!("layers.{l}.{s}"), shape, init);
     GptIdx {
         ln1: p("ln1", vec![d], Init::Const(1.0)),
@@ -238,6 +242,21 @@ mod tests {
         let bias = &bare.specs[b.norm_bias.unwrap()];
         assert_eq!((bias.name.as_str(), &bias.shape, bias.init), ("block.norm.bias", &vec![32], Init::Const(0.0)));
         assert_eq!(gain.num_params(), bare.num_params());
+    }
+
+    /// The parallel GPT block starts every matrix N(0, 0.02) as the reference
+    /// does; ours scales the residual projections by 1/sqrt(2 x layers applied).
+    #[test]
+    fn parallel_gpt_block_has_the_plain_init() {
+        let mut cfg = ModelConfig::new(Arch::GptRec, 65, 32, 4, 8, 16);
+        let seq = WeightLayout::new(&cfg);
+        cfg.gpt_block = GptBlock::Parallel;
+        let par = WeightLayout::new(&cfg);
+        let wo = |l: &WeightLayout| l.specs[l.gpt().unwrap()[0].wo].init.clone();
+        let w2 = |l: &WeightLayout| l.specs[l.gpt().unwrap()[0].w2].init.clone();
+        assert_eq!((wo(&seq), w2(&seq)), (Init::Normal(0.005), Init::Normal(0.005)));
+        assert_eq!((wo(&par), w2(&par)), (Init::Normal(0.02), Init::Normal(0.02)));
+        assert_eq!(seq.num_params(), par.num_params(), "same weights, another wiring");
     }
 
     /// The free eta's init follows `eta_init`; the names and shapes do not

@@ -2,9 +2,10 @@
 //! the fast backend: forward and hand-derived backward of one chunk, the same
 //! function as crates/core/src/gpt.rs + `Model::forward` + `cross_entropy`. Each layer is
 //!   x' = x + m1 * Attn(N1(x)),  x'' = x' + m2 * MLP(N2(x'))
+//! (the parallel block: x'' = x + m1 * Attn(N1(x)) + m2 * MLP(N2(x)))
 //! with dropout masks m1, m2 on the residual branches (as in crates/core/src/gpt.rs).
 
-use nrgpt_core::ModelConfig;
+use nrgpt_core::{GptBlock, ModelConfig};
 
 use super::backward::{embed_bwd, readout_bwd};
 use super::forward::{embed, readout};
@@ -86,8 +87,9 @@ pub fn layer_forward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], pt: &[Vec<f
     x_next.copy_from_slice(&st.x);
     add_masked(x_next, tmp_d, m1);
 
-    // g2 = N2(x'); s = act(g2 W1^T + b1)
-    norm_fwd(cfg.norm, x_next, &p[ix.ln2], eps, d, &mut st.xh2, &mut st.rstd2, &mut st.g2);
+    // g2 = N2(x') (parallel: N2(x)); s = act(g2 W1^T + b1)
+    let mlp_in: &[f32] = if cfg.gpt_block == GptBlock::Parallel { &st.x } else { x_next };
+    norm_fwd(cfg.norm, mlp_in, &p[ix.ln2], eps, d, &mut st.xh2, &mut st.rstd2, &mut st.g2);
     mm(&mut st.s, View::rm(&st.g2, r, d), View::rm(&pt[ix.w1], d, m), false, 1.0);
     let b1 = &p[ix.b1];
     for (sr, dr) in st.s.chunks_exact_mut(m).zip(st.ds.chunks_exact_mut(m)) {
@@ -143,6 +145,9 @@ pub fn layer_backward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], dims: &Dim
     let beta = 1.0 / (dh as f32).sqrt();
     let (m1, m2) = masks;
     let LayerScratch { dx, dg, tmp_d, tmp_hd, dq, dk, dv, ta, nn } = sc;
+    // the parallel block's attention branch hangs off x'' directly: it takes
+    // dL/dx'' as it came in, before the MLP's path into x is added
+    let upstream: Option<Vec<f32>> = (cfg.gpt_block == GptBlock::Parallel).then(|| dx.to_vec());
 
     // ---- MLP: f = s W2^T + b2, s = act(u), u = g2 W1^T + b1 ----
     masked(tmp_d, dx, m2);
@@ -158,11 +163,11 @@ pub fn layer_backward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], dims: &Dim
     mm(&mut grads[ix.w1], duv.t(), View::rm(&st.g2, r, d), true, 1.0);
     col_sum_into(ta, m, &mut grads[ix.b1], 1.0);
     mm(dg, duv, View::rm(&p[ix.w1], m, d), false, 1.0);
-    // dL/dx' = dx + J_N2^T dg2
+    // dL/dx' = dx + J_N2^T dg2 (parallel: the MLP's share of dL/dx)
     norm_bwd(cfg.norm, dg, &st.xh2, &st.rstd2, &p[ix.ln2], d, dx, &mut grads[ix.ln2]);
 
     // ---- attention: a = o Wo^T, o_h = P_h v_h, P_h = softmax(beta q_h k_h^T) ----
-    masked(tmp_d, dx, m1);
+    masked(tmp_d, upstream.as_deref().unwrap_or(dx), m1);
     let dav = View::rm(tmp_d, r, d);
     // dWo += da^T o, do = da Wo (into tmp_hd)
     mm(&mut grads[ix.wo], dav.t(), View::rm(&st.o, r, hd), true, 1.0);

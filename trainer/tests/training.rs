@@ -145,7 +145,7 @@ fn trained_model_descends(ckpt: &Path) {
     let mut x = model.embed(&Tensor::from_slice(&ids, (1, ids.len()), &Device::Cpu).unwrap()).unwrap();
     let (mut ok, mut total) = (0, 0);
     for _ in 0..ck.config.steps {
-        let out = block.step(&x, true, None).unwrap();
+        let out = block.step(&x, true, None, None).unwrap();
         let before: Vec<f64> = out.energy.unwrap().flatten_all().unwrap().to_vec1().unwrap();
         for a in 0..ids.len() {
             let mixed = Tensor::cat(&[x.narrow(1, 0, a).unwrap(), out.x_next.narrow(1, a, 1).unwrap()], 1).unwrap();

@@ -7,6 +7,8 @@
 //!   at the small size; the large size reuses the lr each model chose there.
 //! - **ablation**: NRGPT-FF2W at the small size with each of the reference's
 //!   choices switched on alone, and all of them (`--preset reference`).
+//! - **the paper's terms**: the small size trained twice as long with
+//!   dropout 0.1 at the reference's lr, judged by the best-val checkpoint.
 //!
 //! Hours of training on 2 cores, so a run is never redone: each lives in
 //! runs/science/<row>/lr<lr>/, a finished one is reused, one cut short is
@@ -44,6 +46,10 @@ struct Plan {
     small: Vec<Row>,
     large: Vec<Row>,
     ablation: Vec<Row>,
+    /// The paper's terms: longer, with dropout, at the reference's lr, judged by the best-val checkpoint.
+    paper: Vec<Row>,
+    paper_iters: usize,
+    paper_lr: f64,
     /// Where the runs live.
     base: &'static str,
     /// Characters of each split the whole-split evaluation reads (None: all).
@@ -87,6 +93,16 @@ fn full_plan() -> Plan {
             s("full-rank J (head_dim 128, ff-mult 2)", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--head-dim", "128", "--ff-mult", "2"]),
             s("reference preset (all of the above)", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--preset", "reference"]),
         ],
+        paper: vec![
+            s("paper terms: nrgpt-ff2w, reference preset", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--preset", "reference", "--dropout", "0.1", "--attn-dropout", "0.1"]),
+            s("paper terms: nrgpt-ff2w, free eta N(0, 0.02)", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--eta", "free", "--eta-init", "normal", "--dropout", "0.1", "--attn-dropout", "0.1"]),
+            s("paper terms: nrgpt-ff1, reference preset", &["--model", "nrgpt-ff1", "--d-model", "128", "--heads", "4", "--steps", "4", "--ff-mult", "8", "--preset", "reference", "--dropout", "0.1", "--attn-dropout", "0.1"]),
+            s("paper terms: gpt (4 layers)", &["--model", "gpt", "--d-model", "64", "--heads", "4", "--steps", "4", "--dropout", "0.1"]),
+            s("paper terms: gpt-rec (ours)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4", "--dropout", "0.1"]),
+            s("paper terms: gpt-rec parallel (the reference's)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4", "--preset", "reference", "--dropout", "0.1"]),
+        ],
+        paper_iters: 8000,
+        paper_lr: 1e-3,
         base: "runs/science",
         eval_chars: None,
     }
@@ -112,6 +128,9 @@ fn smoke_plan() -> Plan {
             tiny("nrgpt-ff2w", "S", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2"]),
             tiny("reference preset", "S", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2", "--preset", "reference"]),
         ],
+        paper: vec![tiny("paper terms: nrgpt-ff2w", "S", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2", "--dropout", "0.1", "--attn-dropout", "0.1"])],
+        paper_iters: 12,
+        paper_lr: 1e-3,
         base: "target/science-smoke",
         eval_chars: Some(2000),
     }
@@ -156,18 +175,18 @@ fn finished(dir: &Path, iters: usize) -> bool {
     last_log_iter(&dir.join("log.csv")).is_some_and(|(it, evaluated)| it == iters && evaluated) && dir.join("ckpt.safetensors").is_file()
 }
 
-/// Trains (or resumes, or reuses) one run and evaluates it on the whole splits.
-fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, train: bool) -> Result<Run> {
+/// Trains (or resumes, or reuses) one run of `iters` iterations and evaluates it on the whole splits.
+fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, iters: usize, train: bool) -> Result<Run> {
     let dir = run_dir(plan, row, lr);
     let ckpt = dir.join("ckpt.safetensors");
-    if !finished(&dir, plan.iters) {
+    if !finished(&dir, iters) {
         if !train {
             return Ok(Run { dir, lr, evals: None });
         }
         let resume = ckpt.is_file();
-        say(&format!("{} {} at lr {lr:e}: {} iterations into {}{}", row.size, row.name, plan.iters, dir.display(), if resume { " (resuming)" } else { "" }));
+        say(&format!("{} {} at lr {lr:e}: {iters} iterations into {}{}", row.size, row.name, dir.display(), if resume { " (resuming)" } else { "" }));
         let mut cmd = Command::new(trainer);
-        cmd.arg("train").arg("--out").arg(&dir).args(["--iters", &plan.iters.to_string(), "--quiet"]);
+        cmd.arg("train").arg("--out").arg(&dir).args(["--iters", &iters.to_string(), "--quiet"]);
         if resume {
             cmd.arg("--resume");
         } else {
@@ -301,7 +320,7 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
     let mut small: Vec<Vec<Run>> = plan.small.iter().map(|_| Vec::new()).collect();
     for &lr in plan.scaling_lrs {
         for (i, row) in plan.small.iter().enumerate() {
-            small[i].push(train_run(&trainer, &plan, row, lr, train)?);
+            small[i].push(train_run(&trainer, &plan, row, lr, plan.iters, train)?);
         }
     }
     let mut large = Vec::new();
@@ -309,7 +328,7 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
         let small_row = plan.small.iter().position(|s| s.name == row.name).unwrap_or(i);
         let lr = best_run(&small[small_row]).map(|r| r.lr);
         let runs = match lr {
-            Some(lr) if small[small_row].iter().all(|r| r.evals.is_some()) => vec![train_run(&trainer, &plan, row, lr, train)?],
+            Some(lr) if small[small_row].iter().all(|r| r.evals.is_some()) => vec![train_run(&trainer, &plan, row, lr, plan.iters, train)?],
             // the search at the small size must finish first
             _ => Vec::new(),
         };
@@ -319,12 +338,16 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
     for row in &plan.ablation {
         let mut runs = Vec::new();
         for &lr in plan.ablation_lrs {
-            runs.push(train_run(&trainer, &plan, row, lr, train)?);
+            runs.push(train_run(&trainer, &plan, row, lr, plan.iters, train)?);
         }
         ablation.push(runs);
     }
+    let mut paper = Vec::new();
+    for row in &plan.paper {
+        paper.push(vec![train_run(&trainer, &plan, row, plan.paper_lr, plan.paper_iters, train)?]);
+    }
 
-    let md = report(&plan, &small, &large, &ablation, smoke);
+    let md = report(&plan, &small, &large, &ablation, &paper, smoke);
     println!("{md}");
     if smoke {
         return check_smoke(&md, &small);
@@ -335,7 +358,7 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
     Ok(())
 }
 
-fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<Run>], smoke: bool) -> String {
+fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<Run>], paper: &[Vec<Run>], smoke: bool) -> String {
     let tpi = tokens_per_iter(plan);
     let cmd = if smoke { "cargo xtask bench --science --smoke" } else { "cargo xtask bench --science" };
     let mut md = String::new();
@@ -363,6 +386,18 @@ fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<R
     let _ = writeln!(md, "\n**Ablation** (NRGPT-FF2W at size S, each of the reference's choices alone, then all; lrs {:?}; in brackets: against the first row)\n\n{HEADER}", plan.ablation_lrs);
     for (i, (row, runs)) in plan.ablation.iter().zip(ablation).enumerate() {
         row_line(&mut md, row, runs, plan.iters, tpi, if i == 0 { None } else { ours });
+    }
+    let _ = writeln!(
+        md,
+        "\n**On the paper's terms** (size S, {} iterations ({} tokens), lr {:e} (the reference's), dropout 0.1 on the residual branches and, for NRGPT, on the attention probabilities; best val = the best-validation checkpoint, as the paper reports; \
+         the paper trains 40,000 iterations of 64 x 256 tokens, {:.0}x this budget)\n\n{HEADER}",
+        plan.paper_iters,
+        plan.paper_iters * tpi,
+        plan.paper_lr,
+        (40_000.0 * 64.0 * 256.0) / (plan.paper_iters * tpi) as f64
+    );
+    for (row, runs) in plan.paper.iter().zip(paper) {
+        row_line(&mut md, row, runs, plan.paper_iters, tpi, None);
     }
     let _ = writeln!(md, "\n![Val loss against parameters]({FIG_PARAMS})\n\n![Train and val curves]({FIG_CURVES})");
     md
@@ -419,7 +454,7 @@ fn check_smoke(md: &str, small: &[Vec<Run>]) -> Result<()> {
         }
     }
     anyhow::ensure!(!md.contains("pending"), "science smoke: rows still pending:\n{md}");
-    anyhow::ensure!(md.contains("**Ablation**") && md.contains("| M |"), "science smoke: a table is missing:\n{md}");
+    anyhow::ensure!(md.contains("**Ablation**") && md.contains("| M |") && md.contains("**On the paper's terms**"), "science smoke: a table is missing:\n{md}");
     Ok(())
 }
 
@@ -456,7 +491,7 @@ mod tests {
     fn every_row_has_its_own_run_folder() {
         let plan = full_plan();
         let mut seen = std::collections::HashMap::new();
-        for row in plan.small.iter().chain(&plan.large).chain(&plan.ablation) {
+        for row in plan.small.iter().chain(&plan.large).chain(&plan.ablation).chain(&plan.paper) {
             // a name shared between studies must mean the same run
             if let Some(flags) = seen.insert(slug(row), row.flags) {
                 assert_eq!(flags, row.flags, "{} names two different models", slug(row));

@@ -369,7 +369,9 @@ fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<R
          lr searched over {:?} at size S per model, size M at the lr its model chose at S. \
          Val and train are whole-split evaluations (train: its first 111,540 characters, as many as val has); \
          best val is best.safetensors, the weights at the lowest val estimate. Runs live in {}/ and are reused; \
-         `cargo xtask bench --science --report` rewrites this section from them.\n",
+         `cargo xtask bench --science --report` rewrites this section from them. \
+         tokens/s is each run's own training speed, on whatever else the machine ran meanwhile: \
+         the throughput table above is the clean speed comparison.\n",
         machine(),
         today(),
         plan.iters,

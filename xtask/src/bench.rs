@@ -150,7 +150,7 @@ fn number_after(text: &str, key: &str) -> Result<f64> {
     num.parse().with_context(|| format!("no number after `{key}` in: {text}"))
 }
 
-pub(crate) fn last_log_iter(log: &Path) -> Option<(usize, bool)> {
+fn last_log_iter(log: &Path) -> Option<(usize, bool)> {
     let text = std::fs::read_to_string(log).ok()?;
     let last = text.lines().last()?;
     let cols: Vec<&str> = last.split(',').collect();
@@ -169,6 +169,25 @@ pub(crate) fn eval_points(log: &Path) -> Vec<(f64, f64, f64)> {
         .collect()
 }
 
+/// Whether the run in `dir` reached `iters` iterations and evaluated there.
+pub(crate) fn run_finished(dir: &Path, iters: usize) -> bool {
+    last_log_iter(&dir.join("log.csv")).is_some_and(|(it, evaluated)| it == iters && evaluated) && dir.join("ckpt.safetensors").is_file()
+}
+
+/// `trainer train` of `iters` iterations into `dir`: a resume when a
+/// checkpoint is there (true), else a fresh run with `flags`.
+pub(crate) fn train_cmd(trainer: &str, dir: &Path, iters: usize, flags: &[&str]) -> (Command, bool) {
+    let resume = dir.join("ckpt.safetensors").is_file();
+    let mut cmd = Command::new(trainer);
+    cmd.arg("train").arg("--out").arg(dir).args(["--iters", &iters.to_string(), "--quiet"]);
+    if resume {
+        cmd.arg("--resume");
+    } else {
+        cmd.args(flags);
+    }
+    (cmd, resume)
+}
+
 struct Quality {
     size: &'static str,
     name: &'static str,
@@ -185,20 +204,13 @@ fn train_and_eval(trainer: &str, plan: &Plan, spec: &Spec, base: &Path) -> Resul
     let dir = base.join(slug(spec.size, spec.name));
     let iters = (plan.iters)(spec.size);
     let ckpt = dir.join("ckpt.safetensors");
-    let done = last_log_iter(&dir.join("log.csv")).is_some_and(|(it, evaluated)| it == iters && evaluated) && ckpt.is_file();
     let t0 = Instant::now();
-    if done {
+    if run_finished(&dir, iters) {
         say(&format!("{} {}: reusing the finished run in {}", spec.size, spec.name, dir.display()));
     } else {
-        let resume = ckpt.is_file();
+        let flags: Vec<&str> = spec.flags.iter().chain(plan.common).copied().collect();
+        let (mut cmd, resume) = train_cmd(trainer, &dir, iters, &flags);
         say(&format!("{} {}: training {iters} iterations into {}{}", spec.size, spec.name, dir.display(), if resume { " (resuming)" } else { "" }));
-        let mut cmd = Command::new(trainer);
-        cmd.arg("train").arg("--out").arg(&dir).args(["--iters", &iters.to_string(), "--quiet"]);
-        if resume {
-            cmd.arg("--resume");
-        } else {
-            cmd.args(spec.flags).args(plan.common);
-        }
         let trained = trainer_json(&mut cmd)?;
         if trained.usize("iters")? != iters {
             bail!("`{}` stopped at {} iterations, not {iters}", trained.cmd, trained.value["iters"]);

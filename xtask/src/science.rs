@@ -24,7 +24,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::bench::{bin, eval_points, last_log_iter, machine, replace_bench_section, today, trainer_json};
+use crate::bench::{bin, eval_points, machine, replace_bench_section, run_finished, today, train_cmd, trainer_json};
 use crate::plot::{Panel, Series, COLOURS};
 use crate::{root, run, say};
 
@@ -171,27 +171,18 @@ fn run_dir(plan: &Plan, row: &Row, lr: f64) -> PathBuf {
     root().join(plan.base).join(slug(row)).join(format!("lr{lr:e}"))
 }
 
-fn finished(dir: &Path, iters: usize) -> bool {
-    last_log_iter(&dir.join("log.csv")).is_some_and(|(it, evaluated)| it == iters && evaluated) && dir.join("ckpt.safetensors").is_file()
-}
-
 /// Trains (or resumes, or reuses) one run of `iters` iterations and evaluates it on the whole splits.
 fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, iters: usize, train: bool) -> Result<Run> {
     let dir = run_dir(plan, row, lr);
     let ckpt = dir.join("ckpt.safetensors");
-    if !finished(&dir, iters) {
+    if !run_finished(&dir, iters) {
         if !train {
             return Ok(Run { dir, lr, evals: None });
         }
-        let resume = ckpt.is_file();
+        let lr_text = format!("{lr:e}");
+        let flags: Vec<&str> = row.flags.iter().chain(plan.common).copied().chain(["--lr", lr_text.as_str()]).collect();
+        let (mut cmd, resume) = train_cmd(trainer, &dir, iters, &flags);
         say(&format!("{} {} at lr {lr:e}: {iters} iterations into {}{}", row.size, row.name, dir.display(), if resume { " (resuming)" } else { "" }));
-        let mut cmd = Command::new(trainer);
-        cmd.arg("train").arg("--out").arg(&dir).args(["--iters", &iters.to_string(), "--quiet"]);
-        if resume {
-            cmd.arg("--resume");
-        } else {
-            cmd.args(row.flags).args(plan.common).args(["--lr", &format!("{lr:e}")]);
-        }
         // a diverged run is a result (the lr is too high), not a reason to stop the study
         if let Err(e) = trainer_json(&mut cmd) {
             eprintln!("    this run stopped: {e:#}");

@@ -125,7 +125,7 @@ struct TrainArgs {
     weight_decay: f64,
     #[arg(long, default_value_t = 0.0, value_parser = dropout)]
     dropout: f64,
-    /// NRGPT: dropout on the attention probabilities inside the descent (the reference's 0.1 on `wei`).
+    /// Dropout on the attention probabilities (NRGPT: inside the descent; the reference's 0.1 on `wei`).
     #[arg(long, default_value_t = 0.0, value_parser = dropout)]
     attn_dropout: f64,
     /// Largest global gradient norm (0: no clipping).

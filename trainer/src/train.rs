@@ -38,7 +38,7 @@ pub struct TrainSettings {
     pub warmup: usize,
     pub weight_decay: f64,
     pub dropout: f64,
-    /// NRGPT: dropout on the attention probabilities (0 for runs saved before it existed).
+    /// Dropout on the attention probabilities (0 for runs saved before it existed).
     #[serde(default)]
     pub attn_dropout: f64,
     pub grad_clip: f64,
@@ -134,11 +134,8 @@ impl Learner {
             Body::Ebt(ix) => Some(ix.log_a),
             _ => None,
         };
-        if ebt_log_a.is_some() && s.dropout > 0.0 {
+        if ebt_log_a.is_some() && (s.dropout > 0.0 || s.attn_dropout > 0.0) {
             bail!("dropout is not implemented for EBT: train it with --dropout 0");
-        }
-        if s.attn_dropout > 0.0 && !cfg.arch.is_nrgpt() {
-            bail!("--attn-dropout is built for NRGPT's attention energy only ({} has --dropout on its residual branches)", cfg.arch.name());
         }
         let replay = ReplayBuffer::new(cfg.block_size * cfg.vocab_size, 2 * s.batch);
         let backend = match (backend, ebt_log_a) {

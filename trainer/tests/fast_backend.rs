@@ -198,8 +198,9 @@ fn reference_options() {
 }
 
 /// Dropout on the attention probabilities (the reference's 0.1 on `wei`):
-/// P' = P * mask in C and in the self term, and dP = dP' * mask; with the
-/// strict mask and with the diagonal, alone and beside the residual dropout.
+/// NRGPT's P' = P * mask in C and in the self term, and dP = dP' * mask; with
+/// the strict mask and with the diagonal, alone and beside the residual
+/// dropout; and the GPT baselines' o = P' v.
 #[test]
 fn attention_dropout() {
     let base = config(Arch::NrgptFf2w, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable);
@@ -215,10 +216,11 @@ fn attention_dropout() {
     let plain = fast.loss_and_grad(&ids, &tgt, None).unwrap();
     let dropped = fast.loss_and_grad_dropped(&ids, &tgt, None, attn_masks(&base, 0.3).as_deref()).unwrap();
     assert!((plain - dropped).abs() > 1e-5, "attention dropout changed nothing: {plain} vs {dropped}");
-    // and a GPT refuses them instead of ignoring them
-    let gpt = config(Arch::Gpt, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable);
-    let mut g = FastModel::new(&gpt, &weights(&gpt, 7), BATCH, 1).unwrap();
-    assert!(g.loss_and_grad_dropped(&ids, &tgt, None, attn_masks(&gpt, 0.3).as_deref()).is_err());
+    // the GPT baselines drop their attention probabilities too (P' = P * mask in o = P' v)
+    check_with(&config(Arch::Gpt, Activation::Gelu, NormKind::LayerNorm, EtaKind::Stable), 0.2, 0.3);
+    let mut par = config(Arch::GptRec, Activation::Relu, NormKind::LayerNorm, EtaKind::Stable);
+    par.gpt_block = GptBlock::Parallel;
+    check_with(&par, 0.0, 0.3);
 }
 
 #[test]
@@ -269,8 +271,8 @@ fn a_wrong_backward_fails_the_check() {
 
 /// Through the CLI: `--backend fast` and `--backend candle` train the same
 /// model on the same batches (losses agree to f32 round-off over a few
-/// updates), for NRGPT and for the GPT baseline, with dropout on (and
-/// attention dropout for NRGPT).
+/// updates), for NRGPT and for the GPT baseline, with dropout and attention
+/// dropout on.
 #[test]
 fn cli_backends_agree() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -281,7 +283,7 @@ fn cli_backends_agree() {
             .current_dir(&root)
             .args(["train", "--model", model, "--d-model", "32", "--heads", "2", "--steps", "2", "--block", "32", "--batch", "8"])
             .args(["--iters", "6", "--eval-every", "1000", "--eval-iters", "2", "--dropout", "0.1", "--quiet", "--backend", backend])
-            .args(if model == "gpt" { &[][..] } else { &["--attn-dropout", "0.1"][..] })
+            .args(["--attn-dropout", "0.1"])
             .arg("--out")
             .arg(&out)
             .output()

@@ -97,9 +97,9 @@ fn full_plan() -> Plan {
             s("paper terms: nrgpt-ff2w, reference preset", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--preset", "reference", "--dropout", "0.1", "--attn-dropout", "0.1"]),
             s("paper terms: nrgpt-ff2w, free eta N(0, 0.02)", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--eta", "free", "--eta-init", "normal", "--dropout", "0.1", "--attn-dropout", "0.1"]),
             s("paper terms: nrgpt-ff1, reference preset", &["--model", "nrgpt-ff1", "--d-model", "128", "--heads", "4", "--steps", "4", "--ff-mult", "8", "--preset", "reference", "--dropout", "0.1", "--attn-dropout", "0.1"]),
-            s("paper terms: gpt (4 layers)", &["--model", "gpt", "--d-model", "64", "--heads", "4", "--steps", "4", "--dropout", "0.1"]),
-            s("paper terms: gpt-rec (ours)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4", "--dropout", "0.1"]),
-            s("paper terms: gpt-rec parallel (the reference's)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4", "--preset", "reference", "--dropout", "0.1"]),
+            s("paper terms: gpt (4 layers)", &["--model", "gpt", "--d-model", "64", "--heads", "4", "--steps", "4", "--dropout", "0.1", "--attn-dropout", "0.1"]),
+            s("paper terms: gpt-rec (ours)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4", "--dropout", "0.1", "--attn-dropout", "0.1"]),
+            s("paper terms: gpt-rec parallel (the reference's)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4", "--preset", "reference", "--dropout", "0.1", "--attn-dropout", "0.1"]),
         ],
         paper_iters: 8000,
         paper_lr: 1e-3,
@@ -382,7 +382,7 @@ fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<R
     }
     let _ = writeln!(
         md,
-        "\n**On the paper's terms** (size S, {} iterations ({} tokens), lr {:e} (the reference's), dropout 0.1 on the residual branches and, for NRGPT, on the attention probabilities; best val = the best-validation checkpoint, as the paper reports; \
+        "\n**On the paper's terms** (size S, {} iterations ({} tokens), lr {:e} (the reference's), dropout 0.1 on the residual branches and on the attention probabilities; best val = the best-validation checkpoint, as the paper reports; \
          the paper trains 40,000 iterations of 64 x 256 tokens, {:.0}x this budget)\n\n{HEADER}",
         plan.paper_iters,
         plan.paper_iters * tpi,

@@ -15,7 +15,7 @@
 
 use candle_core::{DType, Device, Result, Tensor, D};
 
-use crate::gpt::GptLayer;
+use crate::gpt::{GptLayer, LayerDrops};
 use crate::layout::{Body, WeightLayout};
 use crate::linear::linear;
 use crate::model::{check_weights, Ends, Weights};
@@ -145,7 +145,7 @@ impl Ebt {
             let h = norm(layer.norm, &x, &layer.ln1, layer.eps)?.g;
             keys.push(split_heads(&linear(&h, &layer.wk, None)?, layer.n_head)?);
             values.push(split_heads(&linear(&h, &layer.wv, None)?, layer.n_head)?);
-            x = layer.forward(&x, None, None)?;
+            x = layer.forward(&x, LayerDrops::default())?;
         }
         let (mask, _) = causal_masks(n, false, x.dtype(), x.device())?;
         Ok(Context { keys, values, mask, pos })

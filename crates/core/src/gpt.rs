@@ -9,6 +9,15 @@ use crate::norm::norm;
 use crate::ops::{activation, causal_masks, merge_heads, softmax_lse, split_heads};
 use crate::{Activation, GptBlock, ModelConfig, NormKind};
 
+/// Training's dropout masks for one application of a layer: the attention
+/// and MLP residual branches (B, n, D), the attention probabilities (B, H, n, n).
+#[derive(Default, Clone, Copy)]
+pub struct LayerDrops<'a> {
+    pub attn: Option<&'a Tensor>,
+    pub mlp: Option<&'a Tensor>,
+    pub probs: Option<&'a Tensor>,
+}
+
 pub struct GptLayer {
     pub norm: NormKind,
     pub eps: f64,
@@ -50,8 +59,9 @@ impl GptLayer {
         }
     }
 
-    /// Causal self-attention (keys B <= A), softmax(q k^T / sqrt(dh)) v, then Wo.
-    fn attention(&self, h: &Tensor) -> Result<Tensor> {
+    /// Causal self-attention (keys B <= A), softmax(q k^T / sqrt(dh)) v, then Wo;
+    /// `drop` (training's attention dropout, (B, H, n, n)) masks the probabilities.
+    fn attention(&self, h: &Tensor, drop: Option<&Tensor>) -> Result<Tensor> {
         let n = h.dim(1)?;
         let q = split_heads(&linear(h, &self.wq, None)?, self.n_head)?;
         let k = split_heads(&linear(h, &self.wk, None)?, self.n_head)?;
@@ -59,6 +69,10 @@ impl GptLayer {
         let scale = 1.0 / (q.dim(3)? as f64).sqrt();
         let (mask, _) = causal_masks(n, false, h.dtype(), h.device())?;
         let (p, _) = softmax_lse(&(q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?)?;
+        let p = match drop {
+            Some(m) => (p * m)?,
+            None => p,
+        };
         linear(&merge_heads(&p.matmul(&v)?)?, &self.wo, None)
     }
 
@@ -68,13 +82,14 @@ impl GptLayer {
     }
 
     /// x' = x + Attn(N1(x)), then x' + MLP(N2(x')); parallel: x + Attn(N1(x)) + MLP(N2(x)).
-    /// The dropout masks (if any) mask each residual branch.
-    pub fn forward(&self, x: &Tensor, drop_attn: Option<&Tensor>, drop_mlp: Option<&Tensor>) -> Result<Tensor> {
+    /// The dropout masks (if any) mask each residual branch and the attention probabilities.
+    pub fn forward(&self, x: &Tensor, drops: LayerDrops) -> Result<Tensor> {
+        let LayerDrops { attn: drop_attn, mlp: drop_mlp, probs } = drops;
         let masked = |t: Tensor, m: Option<&Tensor>| match m {
             Some(m) => t * m,
             None => Ok(t),
         };
-        let a = self.attention(&norm(self.norm, x, &self.ln1, self.eps)?.g)?;
+        let a = self.attention(&norm(self.norm, x, &self.ln1, self.eps)?.g, probs)?;
         let after_attn = (x + masked(a, drop_attn)?)?;
         let mlp_in = if self.parallel { x } else { &after_attn };
         let f = self.mlp(&norm(self.norm, mlp_in, &self.ln2, self.eps)?.g)?;

@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor, D};
 
 use crate::energy::{AttnEnergy, FfEnergy};
 use crate::layout::{Body, Init, ParamSpec, WeightLayout};
-use crate::gpt::GptLayer;
+use crate::gpt::{GptLayer, LayerDrops};
 use crate::linear::linear;
 use crate::norm::norm;
 use crate::nrgpt::{Eta, NrgptBlock};
@@ -76,8 +76,9 @@ pub struct ForwardOpts<'a> {
     /// Record per-token energies E_A(t) and states x_A(t), t = 0..T.
     pub record: bool,
     pub dropout: Option<&'a mut Dropout>,
-    /// NRGPT: dropout on the attention probabilities, one (B, H, n, n) mask
-    /// per step from its own stream (so residual-dropout runs draw as before).
+    /// Dropout on the attention probabilities, one (B, H, n, n) mask per
+    /// step or applied layer from its own stream (so residual-dropout runs
+    /// draw as before).
     pub attn_dropout: Option<&'a mut Dropout>,
 }
 
@@ -217,6 +218,12 @@ impl Model {
         // the attention masks' shape (B, H, n, n)
         let attn_shape = [shape[0], self.cfg.n_head, shape[1], shape[1]];
         let attn_dev = dev.clone();
+        let mut attn_drop = move || -> Result<Option<Tensor>> {
+            match attn_dropout.as_deref_mut() {
+                Some(d) => d.mask(&attn_shape, dtype, &attn_dev),
+                None => Ok(None),
+            }
+        };
         let mut drop = move || -> Result<Option<Tensor>> {
             match dropout.as_deref_mut() {
                 Some(d) => d.mask(&shape, dtype, &dev),
@@ -234,10 +241,7 @@ impl Model {
                     if record {
                         states.push(x.clone());
                     }
-                    let attn_mask = match attn_dropout.as_deref_mut() {
-                        Some(d) => d.mask(&attn_shape, dtype, &attn_dev)?,
-                        None => None,
-                    };
+                    let attn_mask = attn_drop()?;
                     let out = block.step(&x, record, drop()?.as_ref(), attn_mask.as_ref())?;
                     energies.extend(out.energy);
                     x = out.x_next;
@@ -255,7 +259,8 @@ impl Model {
                     }
                     let layer = &layers[i.min(layers.len() - 1)];
                     let (m1, m2) = (drop()?, drop()?);
-                    x = layer.forward(&x, m1.as_ref(), m2.as_ref())?;
+                    let probs = attn_drop()?;
+                    x = layer.forward(&x, LayerDrops { attn: m1.as_ref(), mlp: m2.as_ref(), probs: probs.as_ref() })?;
                 }
             }
         }

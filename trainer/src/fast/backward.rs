@@ -11,7 +11,7 @@ use nrgpt_core::{Arch, EtaKind, ModelConfig};
 
 use super::forward::{scale_heads, self_term};
 use super::gemm::{mm, mm_ld, View};
-use super::math::{col_sum_into, ff2w_act_bwd, norm_bwd, softmax_vjp, stable_eta_bwd};
+use super::math::{col_sum_into, dropped_probs, ff2w_act_bwd, norm_bwd, softmax_vjp, stable_eta_bwd};
 use nrgpt_core::layout::WeightLayout;
 use super::workspace::{Dims, Workspace};
 
@@ -147,15 +147,10 @@ pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec
                 let pb = &st.p[(b * h + hh) * n * n..(b * h + hh + 1) * n * n];
                 let (qv, kv) = (View::strided(&st.q[off..], n, dh, hd), View::strided(&st.k[off..], n, dh, hd));
                 let dcv = View::strided(&tmp_hd[off..], n, dh, hd);
-                let mb = attn_drop.map(|mk| &mk[(b * h + hh) * n * n..(b * h + hh + 1) * n * n]);
+                let at = (b * h + hh) * n * n;
+                let mb = attn_drop.map(|mk| &mk[at..at + n * n]);
                 // dk = P'^T dC (P' = P * drop: what C was made of; nn is scratch until dP)
-                let used: &[f32] = match mb {
-                    Some(mk) => {
-                        nn.iter_mut().zip(pb.iter().zip(mk)).for_each(|(o, (p, m))| *o = p * m);
-                        nn
-                    }
-                    None => pb,
-                };
+                let used = dropped_probs(pb, attn_drop, at, nn);
                 mm_ld(&mut dk[off..], hd, View::rm(used, n, n).t(), dcv, false, 1.0);
                 if faulty(fault, Fault::NoSoftmaxPath) {
                     nn.fill(0.0);

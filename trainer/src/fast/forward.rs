@@ -6,7 +6,7 @@
 use nrgpt_core::{Arch, EtaKind, ModelConfig};
 
 use super::gemm::{mm, mm_ld, View};
-use super::math::{cross_entropy_rows, ff1_act, ff2w_act, norm_fwd, softmax_causal, softmax_strict};
+use super::math::{cross_entropy_rows, dropped_probs, ff1_act, ff2w_act, norm_fwd, softmax_causal, softmax_strict};
 use nrgpt_core::layout::WeightLayout;
 use super::workspace::{Dims, Workspace};
 
@@ -119,14 +119,7 @@ pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<
                     softmax_strict(pb, n);
                 }
                 // C_h = P_h k_h, with P_h * mask under attention dropout
-                let used: &[f32] = match attn_drop {
-                    Some(mk) => {
-                        let mb = &mk[(b * h + hh) * n * n..(b * h + hh + 1) * n * n];
-                        nn.iter_mut().zip(pb.iter().zip(mb)).for_each(|(o, (p, m))| *o = p * m);
-                        nn
-                    }
-                    None => pb,
-                };
+                let used = dropped_probs(pb, attn_drop, (b * h + hh) * n * n, nn);
                 mm_ld(&mut st.c[off..], hd, View::rm(used, n, n), kv, false, 1.0);
             }
         }

@@ -11,16 +11,22 @@ use super::backward::{embed_bwd, readout_bwd};
 use super::forward::{embed, readout};
 use super::gemm::{mm, mm_ld, View};
 use nrgpt_core::scalar::act3;
-use super::math::{col_sum_into, norm_bwd, norm_fwd, softmax_causal, softmax_vjp};
+use super::math::{col_sum_into, dropped_probs, norm_bwd, norm_fwd, softmax_causal, softmax_vjp};
 use nrgpt_core::layout::{GptIdx, WeightLayout};
 use super::workspace::{Dims, LayerTape, Workspace};
 
-/// The two residual masks of applied layer `i` (after the embedding's).
-fn layer_masks<'a>(masks: Option<&[&'a [f32]]>, i: usize) -> (Option<&'a [f32]>, Option<&'a [f32]>) {
-    match masks {
+/// Dropout masks of one applied layer: the attention and MLP residual
+/// branches (r x d each), the attention probabilities (nb x h x n x n).
+pub type LayerMasks<'a> = (Option<&'a [f32]>, Option<&'a [f32]>, Option<&'a [f32]>);
+
+/// The masks of applied layer `i`: its two residual masks (after the
+/// embedding's) and its attention-probability mask.
+fn layer_masks<'a>(masks: Option<&[&'a [f32]]>, attn_masks: Option<&[&'a [f32]]>, i: usize) -> LayerMasks<'a> {
+    let (m1, m2) = match masks {
         Some(mk) => (Some(mk[1 + 2 * i]), Some(mk[2 + 2 * i])),
         None => (None, None),
-    }
+    };
+    (m1, m2, attn_masks.map(|mk| mk[i]))
 }
 
 /// out += mask * branch
@@ -40,31 +46,33 @@ fn masked(out: &mut [f32], d: &[f32], mask: Option<&[f32]>) {
 }
 
 /// Forward of the chunk; see `forward::forward` for the arguments. `masks`:
-/// 1 + 2 T dropout masks (embedding, then attention and MLP of each layer).
+/// 1 + 2 T dropout masks (embedding, then attention and MLP of each layer);
+/// `attn_masks`: T masks of the attention probabilities.
 #[allow(clippy::too_many_arguments)]
-pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], tgt: &[u32], masks: Option<&[&[f32]]>, total_tokens: usize) {
+pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], tgt: &[u32], masks: Option<&[&[f32]]>, attn_masks: Option<&[&[f32]]>, total_tokens: usize) {
     let Dims { n, d, steps, .. } = ws.dims;
     let dims = ws.dims;
     let layers = lay.gpt().expect("a GPT pass on an NRGPT layout");
-    let Workspace { layers: tape, x_out, tmp_d, .. } = ws;
+    let Workspace { layers: tape, x_out, tmp_d, nn, .. } = ws;
     embed(lay, p, ids, n, d, masks.map(|mk| mk[0]), &mut tape[0].x);
     for i in 0..steps {
         let (head, tail) = tape.split_at_mut(i + 1);
         let x_next: &mut Vec<f32> = if i + 1 < steps { &mut tail[0].x } else { &mut *x_out };
-        layer_forward(cfg, &layers[i.min(layers.len() - 1)], p, pt, &dims, &mut head[i], x_next, tmp_d, layer_masks(masks, i));
+        layer_forward(cfg, &layers[i.min(layers.len() - 1)], p, pt, &dims, &mut head[i], x_next, (tmp_d, nn), layer_masks(masks, attn_masks, i));
     }
     readout(cfg, lay, p, pt, ws, tgt, total_tokens);
 }
 
 /// One layer from `st.x` into `x_next`, saving what `layer_backward` needs in `st`
-/// (`tmp_d`: r x d scratch; `masks`: the attention and MLP branches' dropout masks).
+/// (`scratch`: r x d and n x n; `masks`: the layer's dropout masks).
 #[allow(clippy::too_many_arguments)]
-pub fn layer_forward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], pt: &[Vec<f32>], dims: &Dims, st: &mut LayerTape, x_next: &mut [f32], tmp_d: &mut [f32], masks: (Option<&[f32]>, Option<&[f32]>)) {
+pub fn layer_forward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], pt: &[Vec<f32>], dims: &Dims, st: &mut LayerTape, x_next: &mut [f32], scratch: (&mut [f32], &mut [f32]), masks: LayerMasks) {
     let Dims { nb, n, r, d, h, dh, hd, m, .. } = *dims;
     let eps = cfg.eps as f32;
     // 1/sqrt(head_dim), the attention scale
     let beta = 1.0 / (dh as f32).sqrt();
-    let (m1, m2) = masks;
+    let (m1, m2, probs) = masks;
+    let (tmp_d, nn) = scratch;
     // g1 = N1(x); q, k, v = g1 W^T
     norm_fwd(cfg.norm, &st.x, &p[ix.ln1], eps, d, &mut st.xh1, &mut st.rstd1, &mut st.g1);
     let gv = View::rm(&st.g1, r, d);
@@ -78,8 +86,9 @@ pub fn layer_forward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], pt: &[Vec<f
             // P = softmax(q k^T / sqrt(dh)) over keys B <= A
             mm(pb, View::strided(&st.q[off..], n, dh, hd), View::strided(&st.k[off..], n, dh, hd).t(), false, beta);
             softmax_causal(pb, n);
-            // o_h = P_h v_h
-            mm_ld(&mut st.o[off..], hd, View::rm(pb, n, n), View::strided(&st.v[off..], n, dh, hd), false, 1.0);
+            // o_h = P_h v_h, with P_h * mask under attention dropout
+            let used = dropped_probs(pb, probs, (b * h + hh) * n * n, nn);
+            mm_ld(&mut st.o[off..], hd, View::rm(used, n, n), View::strided(&st.v[off..], n, dh, hd), false, 1.0);
         }
     }
     // x' = x + m1 * (o Wo^T), held in x_next
@@ -109,7 +118,7 @@ pub fn layer_forward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], pt: &[Vec<f
 
 /// Backward of the chunk from dL/dlogits (left by `forward` in `ws.probs`);
 /// accumulates into `ws.grads`.
-pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>) {
+pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>, attn_masks: Option<&[&[f32]]>) {
     let Dims { n, d, steps, .. } = ws.dims;
     let dims = ws.dims;
     let layers = lay.gpt().expect("a GPT pass on an NRGPT layout");
@@ -117,7 +126,7 @@ pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], ws: &mut 
     let Workspace { layers: tape, dx, dg, tmp_d, tmp_hd, dq, dk, dv, ta, nn, grads, .. } = ws;
     let mut sc = LayerScratch { dx, dg, tmp_d, tmp_hd, dq, dk, dv, ta, nn };
     for i in (0..steps).rev() {
-        layer_backward(cfg, &layers[i.min(layers.len() - 1)], p, &dims, &tape[i], &mut sc, grads, layer_masks(masks, i), None);
+        layer_backward(cfg, &layers[i.min(layers.len() - 1)], p, &dims, &tape[i], &mut sc, grads, layer_masks(masks, attn_masks, i), None);
     }
     embed_bwd(lay, ids, n, d, masks.map(|mk| mk[0]), sc.dx, grads);
 }
@@ -140,10 +149,10 @@ pub struct LayerScratch<'a> {
 /// `kv_extra`: gradients that other readers of this layer's keys and values
 /// send them (EBT's prediction stream), (r, hd) each.
 #[allow(clippy::too_many_arguments)]
-pub fn layer_backward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], dims: &Dims, st: &LayerTape, sc: &mut LayerScratch, grads: &mut [Vec<f32>], masks: (Option<&[f32]>, Option<&[f32]>), kv_extra: Option<(&[f32], &[f32])>) {
+pub fn layer_backward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], dims: &Dims, st: &LayerTape, sc: &mut LayerScratch, grads: &mut [Vec<f32>], masks: LayerMasks, kv_extra: Option<(&[f32], &[f32])>) {
     let Dims { nb, n, r, d, h, dh, hd, m, .. } = *dims;
     let beta = 1.0 / (dh as f32).sqrt();
-    let (m1, m2) = masks;
+    let (m1, m2, probs) = masks;
     let LayerScratch { dx, dg, tmp_d, tmp_hd, dq, dk, dv, ta, nn } = sc;
     // the parallel block's attention branch hangs off x'' directly: it takes
     // dL/dx'' as it came in, before the MLP's path into x is added
@@ -178,9 +187,14 @@ pub fn layer_backward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], dims: &Dim
             let pb = &st.p[(b * h + hh) * n * n..(b * h + hh + 1) * n * n];
             let (qv, kv, vv) = (View::strided(&st.q[off..], n, dh, hd), View::strided(&st.k[off..], n, dh, hd), View::strided(&st.v[off..], n, dh, hd));
             let dov = View::strided(&tmp_hd[off..], n, dh, hd);
-            // dv = P^T do, dP = do v^T
-            mm_ld(&mut dv[off..], hd, View::rm(pb, n, n).t(), dov, false, 1.0);
+            // dv = P'^T do (P' = P * mask under attention dropout), dP' = do v^T, dP = dP' * mask
+            let at = (b * h + hh) * n * n;
+            let used = dropped_probs(pb, probs, at, nn);
+            mm_ld(&mut dv[off..], hd, View::rm(used, n, n).t(), dov, false, 1.0);
             mm(nn, dov, vv.t(), false, 1.0);
+            if let Some(mk) = probs {
+                nn.iter_mut().zip(&mk[at..at + n * n]).for_each(|(g, m)| *g *= m);
+            }
             // dS = beta P * (dP - sum_j P dP)
             softmax_vjp(pb, nn, n, beta);
             // S = q k^T: dq = dS k, dk = dS^T q

@@ -227,3 +227,14 @@ pub fn stable_eta_bwd(c: f32, gamma: &[f32], du: &[f32], grad: &[f32], d: usize,
         dlogc
     })
 }
+
+/// P' = P * mask (the mask's block at `at`) into `scratch` under attention dropout, else P itself.
+pub fn dropped_probs<'a>(pb: &'a [f32], mask: Option<&[f32]>, at: usize, scratch: &'a mut [f32]) -> &'a [f32] {
+    match mask {
+        Some(mk) => {
+            scratch.iter_mut().zip(pb.iter().zip(&mk[at..at + pb.len()])).for_each(|(o, (p, m))| *o = p * m);
+            scratch
+        }
+        None => pb,
+    }
+}

@@ -168,8 +168,8 @@ impl FastModel {
         self.loss_and_grad_dropped(ids, tgt, masks, None)
     }
 
-    /// `loss_and_grad` with attention dropout (NRGPT): `attn_masks`, one per
-    /// step, each batch * heads * block * block.
+    /// `loss_and_grad` with attention dropout: `attn_masks`, one per step
+    /// (NRGPT) or applied layer (GPT), each batch * heads * block * block.
     pub fn loss_and_grad_dropped(&mut self, ids: &[u32], tgt: &[u32], masks: Option<&[Vec<f32>]>, attn_masks: Option<&[Vec<f32>]>) -> Result<f64> {
         let (n, d, h) = (self.cfg.block_size, self.cfg.d_model, self.cfg.n_head);
         let total = self.batch * n;
@@ -182,9 +182,6 @@ impl FastModel {
             }
         }
         if let Some(mk) = attn_masks {
-            if !self.cfg.arch.is_nrgpt() {
-                bail!("attention dropout is built for NRGPT's attention energy only");
-            }
             if mk.len() != self.cfg.steps || mk.iter().any(|m| m.len() != self.batch * h * n * n) {
                 bail!("attention dropout masks have the wrong shape");
             }
@@ -210,8 +207,8 @@ impl FastModel {
                 forward::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), ak.as_deref(), total);
                 backward::backward(cfg, lay, params, pt, ws, ids, ck.as_deref(), ak.as_deref(), fault);
             } else {
-                gpt_baselines::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), total);
-                gpt_baselines::backward(cfg, lay, params, ws, ids, ck.as_deref());
+                gpt_baselines::forward(cfg, lay, params, pt, ws, ids, tgt, ck.as_deref(), ak.as_deref(), total);
+                gpt_baselines::backward(cfg, lay, params, ws, ids, ck.as_deref(), ak.as_deref());
             }
         };
         let starts: Vec<usize> = self

@@ -167,7 +167,7 @@ fn real_stream(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>
     embed(lay, p, ids, n, d, None, &mut ws.real[0].x);
     for l in 0..layers - 1 {
         let (head, tail) = ws.real.split_at_mut(l + 1);
-        layer_forward(cfg, &ix.layers[l], p, pt, &dims, &mut head[l], &mut tail[0].x, &mut ws.tmp_d, (None, None));
+        layer_forward(cfg, &ix.layers[l], p, pt, &dims, &mut head[l], &mut tail[0].x, (&mut ws.tmp_d, &mut ws.nn), (None, None, None));
     }
     let (top, top_ix) = (&mut ws.real[layers - 1], &ix.layers[layers - 1]);
     norm_fwd(cfg.norm, &top.x, &p[top_ix.ln1], cfg.eps as f32, d, &mut top.xh1, &mut top.rstd1, &mut top.g1);
@@ -242,7 +242,7 @@ fn chunk(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt:
     norm_bwd(cfg.norm, dg, &top.xh1, &top.rstd1, &p[top_ix.ln1], d, dx, &mut grads[top_ix.ln1]);
     let mut sc = LayerScratch { dx, dg, tmp_d, tmp_hd, dq, dk, dv, ta, nn };
     for l in (0..layers - 1).rev() {
-        layer_backward(cfg, &ix.layers[l], p, &dims, &real[l], &mut sc, grads, (None, None), Some((&kbar[l], &vbar[l])));
+        layer_backward(cfg, &ix.layers[l], p, &dims, &real[l], &mut sc, grads, (None, None, None), Some((&kbar[l], &vbar[l])));
     }
     embed_bwd(lay, ids, n, d, None, sc.dx, grads);
 }

@@ -41,7 +41,7 @@ fn fnv(bytes: &[u8], mut h: u64) -> u64 {
     h
 }
 
-fn files_under(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+pub fn files_under(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
         let p = e?.path();
         if p.is_dir() {

@@ -367,6 +367,7 @@ for (const [mode, args] of Object.entries(MODES)) {
         return box;
       };
       const [compact, full] = [await fit('compact'), await fit('full')];
+      console.log(`[${mode}] iframe heights: compact ${compact} px, full ${full} px`);
       assert.ok(full > compact + 50, `the inspector makes the full layout taller (${full} vs ${compact} px)`);
       assert.notEqual(compact, 240, 'not the snippet\'s fixed height');
       // the content grows: the frame follows
@@ -506,6 +507,17 @@ describe('dist/ (the page under the strict CSP; a new release is never served st
       assert.deepEqual(await page.evaluate(() => window.__csp), [], 'no securitypolicyviolation event');
       assert.deepEqual(reports, [], 'no CSP report in the console');
       assert.ok(csp.gets('/www/boot.js') === 1, 'the page started from www/boot.js');
+      // the GPT baseline is on the model list and writes
+      const gpt = await page.$$eval('#model option', (os) => os.find((o) => o.textContent.startsWith('gpt '))?.value);
+      assert.ok(gpt !== undefined, 'the model list offers the GPT baseline');
+      await page.selectOption('#model', gpt);
+      await page.waitForFunction(() => /^Loaded gpt/.test(document.querySelector('#status')?.textContent ?? ''), null, { timeout: 90_000 });
+      assert.match(await ready(page), /^Loaded gpt \(gpt, 420k parameters/, 'the manifest\'s size is the checkpoint\'s');
+      await page.click('#generate');
+      await page.waitForFunction(() => document.querySelectorAll('#output .ch').length >= 20, null, { timeout: 60_000 });
+      await ready(page);
+      assert.equal(await page.$('#error'), null, 'no error with the GPT');
+      assert.deepEqual(await page.evaluate(() => window.__csp), [], 'no securitypolicyviolation event with the GPT either');
     } finally {
       await context.close();
       await csp.close();

@@ -535,6 +535,8 @@ describe('dist/ (the page under the strict CSP; a new release is never served st
       assert.match(await ready(page), /^Loaded default \(nrgpt-ff2w, 723k parameters, T = 4\)\.$/);
       await page.reload();
       assert.match(await ready(page), /723k parameters.*, from the browser cache\.$/, 'the model is in the Cache API');
+      // a cache an older release left (another key scheme): the new one deletes it
+      await page.evaluate(async () => (await caches.open('nrgpt-models-v1')).put('/www/models/default.safetensors?v=old', new Response('old')));
       // the host publishes the next dist/: the same URLs, another model behind default.safetensors
       root = DIST_NEXT;
       const seen = host.requests.length;
@@ -552,7 +554,7 @@ describe('dist/ (the page under the strict CSP; a new release is never served st
         return { names, keys: keys.flat() };
       });
       const next = JSON.parse(fs.readFileSync(path.join(DIST_NEXT, 'www/models/manifest.json'), 'utf8')).models.find((m) => m.name === 'default').file;
-      assert.deepEqual(cache, { names: ['nrgpt-models-v2'], keys: [`/www/models/${next}`] }, 'one cache, holding only the new version');
+      assert.deepEqual(cache, { names: ['nrgpt-models-v2'], keys: [`/www/models/${next}`] }, 'one cache, holding only the new version; the older release\'s cache is gone');
     } finally {
       await context.close();
       await host.close();

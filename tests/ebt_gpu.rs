@@ -80,7 +80,7 @@ fn seq(n: usize, v: usize, seed: u64) -> Vec<u32> {
 }
 
 fn engine(bytes: &[u8], force_cpu: bool) -> Decoder {
-    pollster::block_on(Decoder::new(bytes, DecoderOpts { force_cpu, ebt_on_software_gpu: true })).unwrap()
+    pollster::block_on(Decoder::new(bytes, DecoderOpts { force_cpu, ebt_on_software_gpu: true, ..Default::default() })).unwrap()
 }
 
 /// The WGSL engine; no adapter fails the test (as in tests/engine.rs), never skips it.

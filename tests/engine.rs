@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use candle_core::{DType, Device};
 use common::randn;
-use nrgpt_engine::{Backend, Decoder, DecoderOpts, Trace};
+use nrgpt_engine::{Backend, Decoder, DecoderOpts, GpuDevice, Trace};
 use nrgpt_core::model::init_weights;
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::session::{Session, StepOpts};
@@ -285,5 +285,29 @@ fn a_long_prompt_costs_one_window() {
             // in one piece only the final window is computed
             assert!(gpu.dispatches() as usize <= block, "{} dispatches for a {}-character prompt", gpu.dispatches(), prompt.len());
         }
+    }
+}
+
+/// Two sequences (two models) on one shared device, fed in
+/// turns, give each the traces it gives on a device of its own: a page with
+/// several widgets needs one device, and they do not disturb each other.
+#[test]
+fn decoders_sharing_one_device_keep_their_own_sequences() {
+    let gpu = pollster::block_on(GpuDevice::open()).expect("a wgpu adapter (lavapipe: `apt-get install mesa-vulkan-drivers`)");
+    let (cfg_a, cfg_b) = (&variants()[0], &variants()[1]);
+    let (bytes_a, bytes_b) = (random_checkpoint(cfg_a, 500), random_checkpoint(cfg_b, 501));
+    let on = |bytes: &[u8], gpu: Option<GpuDevice>| pollster::block_on(Decoder::new(bytes, DecoderOpts { gpu, ..Default::default() })).unwrap();
+    let (mut a, mut b) = (on(&bytes_a, Some(gpu.clone())), on(&bytes_b, Some(gpu.clone())));
+    let (mut alone_a, mut alone_b) = (on(&bytes_a, None), on(&bytes_b, None));
+    for d in [&a, &b] {
+        assert!(matches!(d.backend(), Backend::Gpu { .. }), "{:?}", d.backend());
+    }
+    let opts = StepOpts::default();
+    let (sa, sb) = (seq(30, cfg_a.vocab_size, 3), seq(30, cfg_b.vocab_size, 4));
+    for k in 0..30 {
+        let ta = pollster::block_on(a.push(sa[k], &opts)).unwrap();
+        let tb = pollster::block_on(b.push(sb[k], &opts)).unwrap();
+        assert_traces_close(&format!("a, token {k}"), &ta, &pollster::block_on(alone_a.push(sa[k], &opts)).unwrap(), 1e-5);
+        assert_traces_close(&format!("b, token {k}"), &tb, &pollster::block_on(alone_b.push(sb[k], &opts)).unwrap(), 1e-5);
     }
 }

@@ -1,8 +1,9 @@
 // The <iframe> embed (www/embed.html): one widget whose attributes come from
 // the page's query string, for hosts that strip <script> from posts. The
-// frame tells its parent its height, so a parent that listens can fit it.
+// frame posts its content's height to its parent on load and on every
+// resize; www/embed-host.js on the parent (where a script may run) applies it.
 const ATTRIBUTES = ['model', 'prompt', 'length', 'temperature', 'top-k', 'seed', 'steps', 'candidates',
-  'layout', 'theme', 'loading', 'readonly', 'autoplay', 'poster'];
+  'layout', 'theme', 'loading', 'readonly', 'autoplay', 'poster', 'engine'];
 
 const params = new URLSearchParams(location.search);
 const widget = document.createElement('nrgpt-widget');
@@ -14,4 +15,4 @@ document.body.append(widget);
 new ResizeObserver(() => {
   const height = Math.ceil(document.documentElement.getBoundingClientRect().height);
   parent.postMessage({ type: 'nrgpt-embed-height', height, src: location.href }, '*');
-}).observe(document.body);
+}).observe(document.documentElement);

@@ -15,7 +15,7 @@ function assetUrl(path) {
   return u.href;
 }
 
-// At least two workers, so two widgets write at once; a core is left to the page.
+// CPU runs: at least two workers, so two widgets write at once; a core is left to the page.
 const POOL_SIZE = Math.min(4, Math.max(2, (navigator.hardwareConcurrency || 2) - 1));
 const TRACE_VERSION = 1;
 const TOP_PER_STEP = 3;
@@ -68,10 +68,13 @@ let probed = null;
 /**
  * The page's Auto rule (src/web/app.rs: engine_choice), decided here because
  * only this thread sees the adapter's info: a software adapter runs the
- * kernels about 20x slower than the CPU engine. `engine="webgpu"` or "cpu" overrides it.
+ * kernels about 20x slower than the CPU engine. `engine="webgpu"` or "cpu"
+ * overrides it. Returns the worker's EngineChoice (src/web/protocol.rs) and
+ * whether the run goes to the GPU (an adapter exists and is chosen).
  */
 async function engineChoice(pref) {
-  if (pref === 'cpu') return { cpu_because: 'the widget asked for the CPU engine', gpu_trusted: false };
+  const cpu = (why) => ({ engine: { cpu_because: why, gpu_trusted: false }, on_gpu: false });
+  if (pref === 'cpu') return cpu('the widget asked for the CPU engine');
   probed ??= (async () => {
     try {
       const a = await navigator.gpu?.requestAdapter();
@@ -85,14 +88,15 @@ async function engineChoice(pref) {
     }
   })();
   const gpu = await probed;
-  if (pref === 'webgpu') return { cpu_because: null, gpu_trusted: Boolean(gpu && !gpu.software) };
-  if (gpu?.software) return { cpu_because: `the WebGPU adapter here is software (${gpu.name}), about 20x slower than the CPU engine`, gpu_trusted: false };
-  return { cpu_because: null, gpu_trusted: Boolean(gpu) };
+  if (gpu?.software && pref !== 'webgpu') return cpu(`the WebGPU adapter here is software (${gpu.name}), about 20x slower than the CPU engine`);
+  // without an adapter the worker's engine finds none either and says so itself
+  return { engine: { cpu_because: null, gpu_trusted: Boolean(gpu && !gpu.software) }, on_gpu: Boolean(gpu) };
 }
 
-// -------------------------------------------------------------- worker pool
+// -------------------------------------------------------------- workers
 
 let nextRun = 1;
+let nextSession = 1;
 
 /**
  * A worker's script must come from the page's origin. From a CDN, a
@@ -106,31 +110,49 @@ function startWorker() {
   return new Worker(URL.createObjectURL(shim), { type: 'module' });
 }
 
-/** One inference worker; held by one widget at a time. */
-class Engine {
+/** One inference worker, hosting sessions (src/web/worker.rs): each its own model and sequence. */
+class Host {
   constructor() {
     this.worker = startWorker();
+    this.sessions = new Map();
+    this.dead = null;
+    const die = (why) => {
+      this.dead = `the inference worker stopped: ${why}`;
+      this.sessions.forEach((e) => e.listener?.({ type: 'Error', run: e.currentRun, message: this.dead }));
+      return new Error(this.dead);
+    };
+    this.ready = new Promise((resolve, reject) => {
+      this.worker.onmessage = (ev) => {
+        const m = ev.data;
+        if (m?.type === 'Ready') return resolve();
+        // worker.js reports a wasm that would not start without a session
+        if (m?.session === undefined && m?.type === 'Error') return reject(die(m.message));
+        this.sessions.get(m?.session)?.listener?.(m);
+      };
+      this.worker.onerror = (ev) => reject(die(ev.message || 'it could not start (is www/pkg built?)'));
+    });
+    this.ready.catch(() => {}); // a dead worker is reported through the sessions' listeners
+  }
+}
+
+/** A session on a host: one model, one sequence; held by one widget at a time. */
+class Engine {
+  constructor(host) {
+    this.host = host;
+    this.id = nextSession++;
     this.model = null;
     this.info = null;
     this.listener = null;
-    this.dead = null;
-    this.ready = new Promise((resolve, reject) => {
-      this.worker.onmessage = (ev) => {
-        if (ev.data?.type === 'Ready') return resolve();
-        this.listener?.(ev.data);
-      };
-      this.worker.onerror = (ev) => {
-        this.dead = `the inference worker stopped: ${ev.message || 'it could not start (is www/pkg built?)'}`;
-        reject(new Error(this.dead));
-        this.listener?.({ type: 'Error', run: this.currentRun, message: this.dead });
-      };
-    });
-    this.ready.catch(() => {}); // a dead worker is reported through `listener`
+    host.sessions.set(this.id, this);
   }
 
-  /** Loads `model` (its blob: URL `blob`) on `engine` unless this worker has it so already. */
+  get dead() { return this.host.dead; }
+
+  post(msg) { this.host.worker.postMessage({ ...msg, session: this.id }); }
+
+  /** Loads `model` (its blob: URL `blob`) on `engine` unless this session has it so already. */
   async load(model, blob, engine) {
-    await this.ready;
+    await this.host.ready;
     const key = `${model} ${JSON.stringify(engine)}`;
     if (this.model === key) return this.info;
     this.model = null;
@@ -140,7 +162,7 @@ class Engine {
         if (m.type === 'Loaded') resolve(m);
         else if (m.type === 'Error' && m.run === 0) reject(new Error(m.message));
       };
-      this.worker.postMessage({ type: 'Load', url: blob, engine });
+      this.post({ type: 'Load', url: blob, engine });
     });
     this.listener = null;
     this.model = key;
@@ -149,33 +171,49 @@ class Engine {
   }
 }
 
-const pool = { engines: [], waiting: [] };
+/**
+ * On the CPU, a pool of workers with one session each, so widgets write on
+ * separate cores. On WebGPU, one worker hosting every widget's session: one
+ * GPU device for the page, the runs interleaved character by character.
+ */
+const cpuPool = { engines: [], waiting: [] };
+const gpuPool = { host: null, engines: [] };
 
-function idleEngine(model) {
-  const idle = pool.engines.filter((e) => !e.held && !e.dead);
+function idleEngine(engines, model) {
+  const idle = engines.filter((e) => !e.held && !e.dead);
   return idle.find((e) => e.model?.startsWith(`${model} `)) ?? idle[0];
 }
 
-/** An engine for `model`: an idle one that has it, any idle one, a new one, or the next released. */
-function acquire(model) {
-  pool.engines = pool.engines.filter((e) => !e.dead);
-  let e = idleEngine(model);
-  if (!e && pool.engines.length < POOL_SIZE) {
-    e = new Engine();
-    pool.engines.push(e);
+/** A session for `model`: an idle one that has it, any idle one, a new one, or (CPU, all busy) the next released. */
+function acquire(model, onGpu) {
+  let e;
+  if (onGpu) {
+    if (!gpuPool.host || gpuPool.host.dead) gpuPool.host = new Host();
+    gpuPool.engines = gpuPool.engines.filter((x) => !x.dead);
+    e = idleEngine(gpuPool.engines, model);
+    if (!e) {
+      e = new Engine(gpuPool.host);
+      gpuPool.engines.push(e);
+    }
+  } else {
+    cpuPool.engines = cpuPool.engines.filter((x) => !x.dead);
+    e = idleEngine(cpuPool.engines, model);
+    if (!e && cpuPool.engines.length < POOL_SIZE) {
+      e = new Engine(new Host());
+      cpuPool.engines.push(e);
+    }
+    if (!e) return new Promise((resolve) => cpuPool.waiting.push({ model, resolve }));
   }
-  if (e) {
-    e.held = true;
-    return Promise.resolve(e);
-  }
-  return new Promise((resolve) => pool.waiting.push({ model, resolve }));
+  e.held = true;
+  return Promise.resolve(e);
 }
 
 function release(e) {
   e.held = false;
   e.listener = null;
-  const next = pool.waiting.shift();
-  if (next) acquire(next.model).then(next.resolve);
+  if (gpuPool.engines.includes(e)) return;
+  const next = cpuPool.waiting.shift();
+  if (next) acquire(next.model, false).then(next.resolve);
 }
 
 // ------------------------------------------------------------------ helpers
@@ -431,7 +469,7 @@ class NrgptWidget extends HTMLElement {
     const t = this.runToken;
     if (!t) return;
     this.runToken = null;
-    if (t.posted) t.engine.worker.postMessage({ type: 'Stop' });
+    if (t.posted) t.engine.post({ type: 'Stop' });
   }
 
   pause() {
@@ -458,9 +496,10 @@ class NrgptWidget extends HTMLElement {
     const token = {};
     this.runToken = token;
     this.setState('running');
-    let engine;
+    let engine, choice;
     try {
-      engine = await acquire(this.modelUrl);
+      choice = await engineChoice(this.getAttribute('engine'));
+      engine = await acquire(this.modelUrl, choice.on_gpu);
     } catch (e) {
       // a worker that cannot even be constructed (a cross-origin script the page may not run)
       if (this.runToken === token) this.runToken = null;
@@ -469,7 +508,7 @@ class NrgptWidget extends HTMLElement {
     token.engine = engine;
     if (this.runToken !== token) return release(engine);
     try {
-      const info = await engine.load(this.modelUrl, this.blob, await engineChoice(this.getAttribute('engine')));
+      const info = await engine.load(this.modelUrl, this.blob, choice.engine);
       if (this.runToken !== token) return release(engine);
       this.onLoaded(info);
     } catch (e) {
@@ -498,7 +537,7 @@ class NrgptWidget extends HTMLElement {
     };
     engine.currentRun = run;
     token.posted = true;
-    engine.worker.postMessage({
+    engine.post({
       type: 'Generate', run, prompt: r.prompt, len: r.len, temperature: r.temperature, top_k: r.top_k,
       seed: r.seed, steps: r.steps, early_exit: null, candidates: r.candidates,
     });

@@ -652,7 +652,7 @@ pub fn App() -> impl IntoView {
         let title = format!("{} · E = {e:.2} · p = {:.2} · {} steps{}", show_char(t.ch), t.prob, t.steps_used, kept.unwrap_or_default());
         view! {
             // one tab stop for the whole text (the selected character, else the first); arrows move it
-            <span class="ch" role="button" data-i=i title=title style=format!("--e:{e:.4};--s:{s:.3}")
+            <span class="ch" role="button" data-i=i title=title style:--e=format!("{e:.4}") style:--s=format!("{s:.3}")
                 tabindex=move || if ui.selected.get().unwrap_or(0) == i { "0" } else { "-1" }
                 class:sel=move || ui.selected.get() == Some(i)
                 on:click=move |_| ui.replay(i)
@@ -831,7 +831,8 @@ pub fn App() -> impl IntoView {
                     <div id="output" class="output" node_ref=out_ref on:scroll=on_scroll
                         class:color-energy=move || ui.color.get() == ColorMode::Energy
                         class:color-steps=move || ui.color.get() == ColorMode::Steps
-                        style=move || { let (lo, hi) = ui.e_range.get(); format!("--emin:{};--erange:{}", if lo.is_finite() { lo } else { 0.0 }, (hi - lo).max(1e-3)) }>
+                        style:--emin=move || { let lo = ui.e_range.get().0; if lo.is_finite() { lo } else { 0.0 }.to_string() }
+                        style:--erange=move || { let (lo, hi) = ui.e_range.get(); (hi - lo).max(1e-3).to_string() }>
                         <span class="prompt-text">{move || ui.run_prompt.get()}</span>
                         <For each=move || ui.tokens.get() key=token_key children=render_char />
                         {settling_char(ui.watch, vocab)}

@@ -232,7 +232,7 @@ pub fn CandidateTable(token: Signal<Option<Arc<Token>>>, step: Signal<usize>, vo
                         view! {
                             <td class="cand" class:chosen=c == tok.ch>
                                 <span class="cand-char">{show_char(c)}</span>
-                                <span class="cand-bar" style=format!("width:{:.1}%", p * 100.0)></span>
+                                <span class="cand-bar" style:width=format!("{:.1}%", p * 100.0)></span>
                                 <span class="cand-p">{pct}</span>
                             </td>
                         }

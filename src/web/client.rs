@@ -1,5 +1,7 @@
 //! The page's handle on the inference worker: starts it, queues messages
-//! until its wasm is ready and hands every reply to one callback.
+//! until its wasm is ready and hands every reply to one callback. The page is
+//! the worker's session 0, the session of a message that names none
+//! (protocol.rs: `InSession`), so its messages go without the field.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -9,8 +11,15 @@ use web_sys::{MessageEvent, Worker, WorkerOptions, WorkerType};
 
 use super::protocol::{from_js, to_js, FromWorker, ToWorker};
 
-/// The worker bootstrap, relative to the page.
-pub const WORKER_URL: &str = "www/worker.js";
+thread_local! {
+    /// The worker bootstrap: www/boot.js gives its URL (versioned in dist/) to `start_page`.
+    static WORKER_URL: RefCell<String> = RefCell::new("www/worker.js".into());
+}
+
+/// Where `Client::start` finds the worker (set once, before the page mounts).
+pub fn set_worker_url(url: String) {
+    WORKER_URL.with(|w| *w.borrow_mut() = url);
+}
 
 struct Inner {
     worker: Worker,
@@ -25,8 +34,8 @@ impl Client {
     pub fn start(on_reply: impl Fn(FromWorker) + 'static) -> Result<Self, String> {
         let opts = WorkerOptions::new();
         opts.set_type(WorkerType::Module);
-        let worker = Worker::new_with_options(WORKER_URL, &opts)
-            .map_err(|e| format!("could not start the inference worker ({WORKER_URL}): {e:?}"))?;
+        let url = WORKER_URL.with(|w| w.borrow().clone());
+        let worker = Worker::new_with_options(&url, &opts).map_err(|e| format!("could not start the inference worker ({url}): {e:?}"))?;
         let client = Client(Rc::new(RefCell::new(Inner { worker: worker.clone(), ready: false, queue: Vec::new() })));
         let on_reply = Rc::new(on_reply);
         let (me, reply) = (client.clone(), on_reply.clone());

@@ -1,13 +1,18 @@
 //! Checkpoint download for the worker: streamed (for the progress bar) and
-//! kept in the Cache API, keyed by the server's validator (ETag or
-//! Last-Modified) so a re-trained checkpoint at the same URL is fetched anew.
+//! kept in the Cache API under a key that names the file's version, so a
+//! re-trained checkpoint is never served stale: the URL's own `?v=<content
+//! hash>` where `cargo xtask dist` put one (models/manifest.json), else the
+//! server's validator (ETag or Last-Modified). A new version replaces the old
+//! entry, and caches of an older key scheme are deleted.
 
 use js_sys::{Reflect, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{Cache, ReadableStreamDefaultReader, RequestCache, RequestInit, Response, WorkerGlobalScope};
 
-const CACHE_NAME: &str = "nrgpt-models-v1";
+/// `CACHE_PREFIX` + the key scheme's version.
+const CACHE_NAME: &str = "nrgpt-models-v2";
+const CACHE_PREFIX: &str = "nrgpt-models-";
 
 fn js_err(e: JsValue) -> String {
     e.as_string()
@@ -34,9 +39,18 @@ async fn fetch(url: &str, method: &str) -> Result<Response, String> {
     Ok(resp)
 }
 
-/// The cache key for the version the server has now; None when the server
-/// gives no validator (then we do not cache).
+/// The URL without its query: every version of a file shares it.
+fn unversioned(url: &str) -> &str {
+    url.split_once('?').map_or(url, |(base, _)| base)
+}
+
+/// The cache key for the version the server has now; None when neither the
+/// URL nor the server names a version (then we do not cache).
 async fn version_key(url: &str) -> Option<String> {
+    let versioned = web_sys::Url::new(url).ok().is_some_and(|u| u.search_params().has("v"));
+    if versioned {
+        return Some(url.to_string());
+    }
     let head = fetch(url, "HEAD").await.ok()?;
     let h = head.headers();
     let tag = h.get("etag").ok().flatten().or_else(|| h.get("last-modified").ok().flatten())?;
@@ -44,8 +58,16 @@ async fn version_key(url: &str) -> Option<String> {
     Some(format!("{url}?v={tag}"))
 }
 
+/// This version's cache, once caches of older key schemes are deleted.
 async fn open_cache() -> Option<Cache> {
     let storage = scope().caches().ok()?; // absent on insecure origins
+    if let Ok(names) = JsFuture::from(storage.keys()).await {
+        for name in js_sys::Array::from(&names).iter().filter_map(|n| n.as_string()) {
+            if name.starts_with(CACHE_PREFIX) && name != CACHE_NAME {
+                let _ = JsFuture::from(storage.delete(&name)).await;
+            }
+        }
+    }
     JsFuture::from(storage.open(CACHE_NAME)).await.ok()?.dyn_into().ok()
 }
 
@@ -91,7 +113,7 @@ pub async fn fetch_cached(url: &str, progress: impl Fn(f64, f64)) -> Result<(Vec
         if let Ok(keys) = JsFuture::from(cache.keys()).await {
             for req in js_sys::Array::from(&keys).iter() {
                 let old = Reflect::get(&req, &"url".into()).ok().and_then(|u| u.as_string()).unwrap_or_default();
-                if old.contains(&format!("{}?v=", url.trim_start_matches("./"))) {
+                if unversioned(&old) == unversioned(url) {
                     let _ = JsFuture::from(cache.delete_with_str(&old)).await;
                 }
             }

@@ -37,7 +37,10 @@ pub fn model_url(entry: &ModelEntry) -> String {
 pub async fn load() -> Result<Vec<ModelEntry>, String> {
     let win = web_sys::window().ok_or("no window")?;
     let err = |e: wasm_bindgen::JsValue| format!("could not load the model list {MANIFEST_URL}: {e:?}");
-    let resp: web_sys::Response = JsFuture::from(win.fetch_with_str(MANIFEST_URL)).await.map_err(err)?.unchecked_into();
+    // revalidated: it names each model's version (dist/), so a stale copy would load an old model
+    let init = web_sys::RequestInit::new();
+    init.set_cache(web_sys::RequestCache::NoCache);
+    let resp: web_sys::Response = JsFuture::from(win.fetch_with_str_and_init(MANIFEST_URL, &init)).await.map_err(err)?.unchecked_into();
     if !resp.ok() {
         return Err(format!("could not load the model list {MANIFEST_URL}: HTTP {}", resp.status()));
     }

@@ -17,10 +17,11 @@ pub mod worker;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-/// Mounts the page into `#app-root` (or the body).
+/// Mounts the page into `#app-root` (or the body); its worker is started from `worker_url`.
 #[wasm_bindgen]
-pub fn start_page() {
+pub fn start_page(worker_url: String) {
     worker::console_panic_hook();
+    client::set_worker_url(worker_url);
     let root = web_sys::window()
         .and_then(|w| w.document())
         .and_then(|d| d.get_element_by_id("app-root"))

@@ -1,11 +1,22 @@
 //! Messages between the page and the inference worker. Both sides are this
 //! crate, so one serde definition is the whole contract; a GPU engine plugs in
 //! behind the worker without the page noticing (only `Loaded.backend` changes).
+//! A worker hosts sessions (each its own model, sequence and seed; all on one
+//! GPU device): every message names its session, 0 when left out (the page).
 
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::JsValue;
 
 use nrgpt_core::session::TokenTrace;
+
+/// A message to or from one of the worker's sessions: `{"session": 2, "type": ...}` on the wire.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InSession<M> {
+    #[serde(default)]
+    pub session: u32,
+    #[serde(flatten)]
+    pub msg: M,
+}
 
 /// Page -> worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -123,7 +134,7 @@ impl Token {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum FromWorker {
-    /// The worker's wasm is initialised and it listens.
+    /// The worker's wasm is initialised and it listens (sent as session 0).
     Ready,
     /// Download progress; `total` is 0 when the server sent no length.
     Progress { loaded: f64, total: f64 },

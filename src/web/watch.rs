@@ -190,7 +190,7 @@ pub fn settling_char(watch: Watch, vocab: Signal<Vec<char>>) -> impl IntoView {
         let label = format!("character {} settling: step {s} of {}, most likely {} ({:.0}%)", tok.index, tok.step_logits.len() - 1, show_char(glyph), p * 100.0);
         Some(view! {
             <span class="settling" class:firm=last data-i=tok.index data-step=s data-glyph=glyph.to_string() title=label
-                style=format!("--p:{p:.3};--left:{left:.3}")>
+                style:--p=format!("{p:.3}") style:--left=format!("{left:.3}")>
                 {if glyph == '\n' { "⏎\n".to_string() } else { glyph.to_string() }}
                 <span class="settle-bar" aria-hidden="true"></span>
             </span>

@@ -1,8 +1,12 @@
-//! The inference worker: owns the engine, runs generation off the page's
-//! thread and streams one message per character. Entry point `worker_main`
-//! is called by www/worker.js once the wasm module is initialised.
+//! The inference worker: owns the engines, runs generation off the page's
+//! thread and streams one message per character. It hosts sessions (the page
+//! is session 0; the widgets on WebGPU each take one), every one its own model
+//! and sequence, all on one GPU device; their runs interleave at every
+//! character. Entry point `worker_main` is called by www/worker.js once the
+//! wasm module is initialised.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use wasm_bindgen::prelude::*;
@@ -11,12 +15,13 @@ use wasm_bindgen_futures::{spawn_local, JsFuture};
 use web_sys::{DedicatedWorkerGlobalScope, MessageChannel, MessageEvent};
 
 use super::fetch::fetch_cached;
-use super::protocol::{from_js, to_js, EngineChoice, FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
+use super::protocol::{from_js, to_js, EngineChoice, FromWorker, GenerateRequest, InSession, ModelInfo, Token, ToWorker};
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::sample::{draw, filtered_probs, SampleOpts};
 use nrgpt_core::ebt::Verify;
 use nrgpt_core::session::{window_after, EbtThinkOpts, Session, StepOpts, TokenTrace};
 use nrgpt_core::{ModelConfig, Vocab};
+use nrgpt_engine::GpuDevice;
 
 /// The inference backend. Every NRGPT checkpoint runs on the incremental
 /// engine (cached keys, O(T n D) per character): WebGPU when the page chose
@@ -30,9 +35,9 @@ pub enum PageBackend {
 
 impl PageBackend {
     /// Picks the incremental engine when it takes this checkpoint, else the reference, and says why.
-    async fn load(bytes: &[u8], choice: &EngineChoice) -> Result<Self, String> {
+    async fn load(bytes: &[u8], choice: &EngineChoice, gpu: Option<GpuDevice>) -> Result<Self, String> {
         use nrgpt_engine::{Backend, Decoder, DecoderOpts};
-        let opts = DecoderOpts { force_cpu: choice.cpu_because.is_some(), ebt_on_software_gpu: choice.gpu_trusted };
+        let opts = DecoderOpts { force_cpu: choice.cpu_because.is_some(), gpu, ebt_on_software_gpu: choice.gpu_trusted };
         match Decoder::new(bytes, opts).await {
             Ok(e) => {
                 if let Backend::Cpu { reason } = e.backend() {
@@ -105,20 +110,65 @@ impl PageBackend {
 /// Prompt characters fed between two checks of the stop button.
 const PROMPT_CHUNK: usize = 32;
 
+/// One session: a model and the sequence it writes.
 #[derive(Default)]
-struct State {
+struct SessionState {
+    id: u32,
     /// None while a run has it (taken out so no borrow lives across an await).
-    engine: Option<PageBackend>,
-    running: bool,
+    engine: RefCell<Option<PageBackend>>,
+    running: Cell<bool>,
     stop: Cell<bool>,
+}
+
+impl SessionState {
+    fn post(&self, msg: FromWorker) {
+        post(self.id, msg);
+    }
+}
+
+/// Everything the worker holds: its sessions and the GPU device they share.
+#[derive(Default)]
+struct Host {
+    sessions: RefCell<HashMap<u32, Rc<SessionState>>>,
+    /// Opened by the first load that wants the GPU; dropped when it is lost.
+    gpu: RefCell<Option<GpuDevice>>,
+    /// Resolves when the device being opened is there, so loads arriving
+    /// meanwhile wait for it instead of opening a second one.
+    opening: RefCell<Option<js_sys::Promise>>,
+}
+
+impl Host {
+    fn session(&self, id: u32) -> Rc<SessionState> {
+        self.sessions.borrow_mut().entry(id).or_insert_with(|| Rc::new(SessionState { id, ..Default::default() })).clone()
+    }
+
+    /// The shared device: the one open, else a new one (None without an adapter: the engine then says why).
+    async fn device(&self) -> Option<GpuDevice> {
+        let pending = self.opening.borrow().clone();
+        if let Some(p) = pending {
+            let _ = JsFuture::from(p).await;
+        }
+        if let Some(gpu) = self.gpu.borrow().clone() {
+            return Some(gpu);
+        }
+        let mut done = None;
+        *self.opening.borrow_mut() = Some(js_sys::Promise::new(&mut |resolve, _| done = Some(resolve)));
+        let gpu = GpuDevice::open().await.ok();
+        self.gpu.borrow_mut().clone_from(&gpu);
+        *self.opening.borrow_mut() = None;
+        if let Some(resolve) = done {
+            let _ = resolve.call0(&JsValue::NULL);
+        }
+        gpu
+    }
 }
 
 fn scope() -> DedicatedWorkerGlobalScope {
     js_sys::global().unchecked_into()
 }
 
-fn post(msg: &FromWorker) {
-    if let Err(e) = scope().post_message(&to_js(msg)) {
+fn post(session: u32, msg: FromWorker) {
+    if let Err(e) = scope().post_message(&to_js(&InSession { session, msg })) {
         web_sys::console::error_2(&"worker: postMessage failed".into(), &e);
     }
 }
@@ -148,40 +198,42 @@ async fn yield_now() {
 #[wasm_bindgen]
 pub fn worker_main() {
     console_panic_hook();
-    let state = Rc::new(RefCell::new(State::default()));
+    let host = Rc::new(Host::default());
     let on_msg = Closure::<dyn FnMut(MessageEvent)>::new(move |ev: MessageEvent| {
-        let msg: ToWorker = match from_js(ev.data()) {
+        let InSession { session, msg } = match from_js::<InSession<ToWorker>>(ev.data()) {
             Ok(m) => m,
-            Err(e) => return post(&FromWorker::Error { run: 0, message: e }),
+            Err(e) => return post(0, FromWorker::Error { run: 0, message: e }),
         };
+        let s = host.session(session);
         match msg {
-            ToWorker::Stop => state.borrow().stop.set(true),
+            ToWorker::Stop => s.stop.set(true),
             ToWorker::Load { url, engine } => {
-                if state.borrow().running {
-                    return post(&FromWorker::Error { run: 0, message: "stop the generation before loading another model".into() });
+                if s.running.get() {
+                    return s.post(FromWorker::Error { run: 0, message: "stop the generation before loading another model".into() });
                 }
-                spawn_local(load(state.clone(), url, engine));
+                spawn_local(load(host.clone(), s, url, engine));
             }
-            ToWorker::Generate(req) => spawn_local(generate(state.clone(), req)),
+            ToWorker::Generate(req) => spawn_local(generate(host.clone(), s, req)),
         }
     });
     scope().set_onmessage(Some(on_msg.as_ref().unchecked_ref()));
     on_msg.forget(); // lives as long as the worker
-    post(&FromWorker::Ready);
+    post(0, FromWorker::Ready);
 }
 
-async fn load(state: Rc<RefCell<State>>, url: String, choice: EngineChoice) {
-    let fetched = fetch_cached(&url, |loaded, total| post(&FromWorker::Progress { loaded, total })).await;
+async fn load(host: Rc<Host>, s: Rc<SessionState>, url: String, choice: EngineChoice) {
+    let fetched = fetch_cached(&url, |loaded, total| s.post(FromWorker::Progress { loaded, total })).await;
     let (bytes, from_cache) = match fetched {
         Ok(x) => x,
-        Err(message) => return post(&FromWorker::Error { run: 0, message }),
+        Err(message) => return s.post(FromWorker::Error { run: 0, message }),
     };
     let phase = if choice.cpu_because.is_some() { "Reading the checkpoint and starting the CPU engine…" } else { "Reading the checkpoint and starting the WebGPU engine…" };
-    post(&FromWorker::Loading { phase: phase.into() });
+    s.post(FromWorker::Loading { phase: phase.into() });
     yield_now().await; // let the message leave before the parse holds the thread
-    let engine = match PageBackend::load(&bytes, &choice).await {
+    let gpu = if choice.cpu_because.is_none() { host.device().await } else { None };
+    let engine = match PageBackend::load(&bytes, &choice, gpu).await {
         Ok(e) => e,
-        Err(e) => return post(&FromWorker::Error { run: 0, message: format!("could not read the checkpoint {url}: {e}") }),
+        Err(e) => return s.post(FromWorker::Error { run: 0, message: format!("could not read the checkpoint {url}: {e}") }),
     };
     let cfg = engine.config();
     let info = ModelInfo {
@@ -195,38 +247,33 @@ async fn load(state: Rc<RefCell<State>>, url: String, choice: EngineChoice) {
         backend_note: choice.cpu_because.clone().or_else(|| engine.backend_note()),
         from_cache,
     };
-    state.borrow_mut().engine = Some(engine);
-    post(&FromWorker::Loaded(info));
+    *s.engine.borrow_mut() = Some(engine);
+    s.post(FromWorker::Loaded(info));
 }
 
 /// Exactly `sample::generate`'s procedure (same filtering, same draws from the
 /// same `Rng64` stream), so the page reproduces `trainer sample` for a seed.
-async fn generate(state: Rc<RefCell<State>>, req: GenerateRequest) {
+async fn generate(host: Rc<Host>, s: Rc<SessionState>, req: GenerateRequest) {
     let run = req.run;
-    let fail = |message: String| post(&FromWorker::Error { run, message });
-    let mut engine = {
-        let mut st = state.borrow_mut();
-        if st.running {
-            return fail("a generation is already running".into());
-        }
-        let Some(e) = st.engine.take() else { return fail("no model is loaded".into()) };
-        st.running = true;
-        st.stop.set(false);
-        e
-    };
+    let fail = |message: String| s.post(FromWorker::Error { run, message });
+    if s.running.get() {
+        return fail("a generation is already running".into());
+    }
+    let Some(mut engine) = s.engine.borrow_mut().take() else { return fail("no model is loaded".into()) };
+    s.running.set(true);
+    s.stop.set(false);
     let t0 = now_ms();
-    let result = run_generation(&state, &mut engine, &req).await;
-    let mut st = state.borrow_mut();
-    st.engine = Some(engine);
-    st.running = false;
+    let result = run_generation(&host, &s, &mut engine, &req).await;
+    *s.engine.borrow_mut() = Some(engine);
+    s.running.set(false);
     match result {
-        Ok((chars, stopped)) => post(&FromWorker::Done { run, chars, ms: now_ms() - t0, stopped }),
+        Ok((chars, stopped)) => s.post(FromWorker::Done { run, chars, ms: now_ms() - t0, stopped }),
         Err(message) => fail(message),
     }
 }
 
-async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut PageBackend, req: &GenerateRequest) -> Result<(usize, bool), String> {
-    let stopped = || state.borrow().stop.get();
+async fn run_generation(host: &Host, s: &SessionState, engine: &mut PageBackend, req: &GenerateRequest) -> Result<(usize, bool), String> {
+    let stopped = || s.stop.get();
     let ids = engine.vocab().encode(&req.prompt).map_err(|e| format!("the prompt has a {e}"))?;
     if ids.is_empty() {
         return Err("the prompt is empty: type at least one character".into());
@@ -249,20 +296,20 @@ async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut PageBackend, re
     let total = window_after(&[], &ids, block).0.len();
     let skipped = ids.len() - total;
     let (mut start, mut end) = (0, skipped + PROMPT_CHUNK.min(total));
-    post(&FromWorker::Reading { run: req.run, read: 0, total, skipped });
+    s.post(FromWorker::Reading { run: req.run, read: 0, total, skipped });
     let mut trace = loop {
         if stopped() {
             return Ok((0, true));
         }
         let trace = engine.push_prompt(&ids[start..end], &opts).await?;
-        post(&FromWorker::Reading { run: req.run, read: end - skipped, total, skipped });
+        s.post(FromWorker::Reading { run: req.run, read: end - skipped, total, skipped });
         yield_now().await;
         if end == ids.len() {
             break trace;
         }
         (start, end) = (end, (end + PROMPT_CHUNK).min(ids.len()));
     };
-    report_takeover(engine, &mut backend);
+    report_takeover(host, s, engine, &mut backend);
     let mut push_ms = 0.0;
     let asked = req.steps.unwrap_or(engine.config().steps);
     let mut rng = Rng64::new(req.seed);
@@ -274,24 +321,26 @@ async fn run_generation(state: &Rc<RefCell<State>>, engine: &mut PageBackend, re
         let next = draw(&probs, &mut rng);
         let ch = engine.vocab().chars()[next];
         // The trace that chose `ch` is the descent of the previous position.
-        post(&FromWorker::Token(Token::new(req.run, index, ch, probs[next], asked, trace, push_ms)));
+        s.post(FromWorker::Token(Token::new(req.run, index, ch, probs[next], asked, trace, push_ms)));
         if index + 1 == req.len {
             break;
         }
         let t0 = now_ms();
         trace = engine.push(next as u32, &opts).await?;
         push_ms = now_ms() - t0;
-        report_takeover(engine, &mut backend);
+        report_takeover(host, s, engine, &mut backend);
         yield_now().await;
     }
     Ok((req.len, false))
 }
 
-/// Tells the page when the engine changed under a run (a lost GPU's CPU takeover).
-fn report_takeover(engine: &PageBackend, shown: &mut String) {
+/// Tells the page when the engine changed under a run (a lost GPU's CPU
+/// takeover), and drops the lost device so the next load opens a new one.
+fn report_takeover(host: &Host, s: &SessionState, engine: &PageBackend, shown: &mut String) {
     let now = engine.backend();
     if now != *shown {
-        post(&FromWorker::Backend { backend: now.clone(), note: engine.backend_note() });
+        host.gpu.borrow_mut().take();
+        s.post(FromWorker::Backend { backend: now.clone(), note: engine.backend_note() });
         *shown = now;
     }
 }

@@ -42,6 +42,9 @@ const BLOG_DEMO: &str = "www/blog-demo.html";
 /// The widget test's own pages (a pair, a lazy one, a host stylesheet), served at /fixtures/.
 const WIDGET_FIXTURES: &str = "tests/browser/fixtures";
 const DIST_DIR: &str = "dist";
+/// The widget test's next release: dist/ rebuilt with another model behind the default's URL.
+const DIST_NEXT_DIR: &str = "target/dist-next";
+const NEXT_DEFAULT_MODEL: &str = "www/models/small.safetensors";
 
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
@@ -274,6 +277,7 @@ fn test_widgets() -> Result<Vec<widgets::Widget>> {
 /// each widget's text against `trainer sample`'s for its settings.
 fn widget_test() -> Result<()> {
     let hash = make_dist()?;
+    let next = make_next_dist()?;
     let mut expected = serde_json::Map::new();
     let mut by_settings = std::collections::HashMap::new();
     for w in test_widgets()? {
@@ -284,10 +288,11 @@ fn widget_test() -> Result<()> {
         }
         expected.insert(w.key.clone(), by_settings[&args].clone().into());
     }
-    say(&format!("widget test: dist/ (build {hash}) on a static server, headless chromium with and without WebGPU"));
+    say(&format!("widget test: dist/ (build {hash}; the next release {next}) on a static server, headless chromium with and without WebGPU"));
     run(Command::new("node")
         .args(["--test", "--test-reporter=spec", "--test-concurrency=1", "tests/browser/widget.test.mjs"])
         .env("DIST_DIR", root().join(DIST_DIR))
+        .env("DIST_NEXT_DIR", root().join(DIST_NEXT_DIR))
         .env("FIXTURES_DIR", root().join(WIDGET_FIXTURES))
         .env("WIDGET_EXPECTED", serde_json::Value::Object(expected).to_string())
         .env("OUT_DIR", root().join("tests/browser/out")))
@@ -300,6 +305,25 @@ fn make_dist() -> Result<String> {
     let hash = dist::write(&root(), &root().join(DIST_DIR))?;
     eprintln!("    build {hash}: serve {DIST_DIR}/ with any static server; the blog demo is {DIST_DIR}/{BLOG_DEMO}");
     Ok(hash)
+}
+
+/// The release after dist/ as a host would publish it: the same sources with
+/// a re-trained default model (NEXT_DEFAULT_MODEL's bytes under its name),
+/// built by the same `dist::write`; returns its build hash.
+fn make_next_dist() -> Result<String> {
+    let src = root().join("target/dist-next-src");
+    if src.exists() {
+        std::fs::remove_dir_all(&src).context("removing the old target/dist-next-src")?;
+    }
+    let mut files = vec![root().join("index.html")];
+    dist::files_under(&root().join("www"), &mut files)?;
+    for f in files {
+        let dest = src.join(f.strip_prefix(root())?);
+        std::fs::create_dir_all(dest.parent().context("a file has a folder")?)?;
+        std::fs::copy(&f, &dest).with_context(|| format!("copying {}", f.display()))?;
+    }
+    std::fs::copy(root().join(NEXT_DEFAULT_MODEL), src.join(DEFAULT_MODEL)).context("re-training the default (a copy)")?;
+    dist::write(&src, &root().join(DIST_NEXT_DIR))
 }
 
 /// Records each blog-demo widget's poster (`trainer sample --trace`) into
@@ -352,7 +376,7 @@ fn main() -> Result<()> {
         "bench" => bench::bench(args.iter().any(|a| a == "--smoke")),
         "torch-check" => bench::torch_check(),
         _ => bail!(
-            "usage: cargo xtask <test|serve|test-browser|test-widget|dist|posters|bench|torch-check>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser tests: the page, then the widget (builds the page, drives headless chromium)\n  test-widget   only the widget test: dist/ on a static server, the blog demo, CSP, host styles, sharing, lazy loading\n  dist          build the static site into dist/ (page, widget, wasm, worker, models, blog demo)\n  posters       record the blog demo widgets' posters (trainer sample --trace) into www/posters/\n  bench         measure quality, trainer speed, decode and page speed; write BENCH.md (--smoke: a tiny run that checks the bench works)\n                --science: NRGPT vs GPT at an equal budget, lr search, ablation (hours; resumable; --report: only rewrite the report)\n  torch-check   only the bench's check that the PyTorch EBT twin computes our trainer's loss and gradient norm"
+            "usage: cargo xtask <test|serve|test-browser|test-widget|dist|posters|bench|torch-check>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser tests: the page, then the widget (builds the page, drives headless chromium)\n  test-widget   only the widget test: dist/ on a static server, the blog demo, CSP, host styles, sharing (one GPU device), lazy loading, iframe fit, updates never stale\n  dist          build the static site into dist/ (page, widget, wasm, worker, models, blog demo)\n  posters       record the blog demo widgets' posters (trainer sample --trace) into www/posters/\n  bench         measure quality, trainer speed, decode and page speed; write BENCH.md (--smoke: a tiny run that checks the bench works)\n                --science: NRGPT vs GPT at an equal budget, lr search, ablation (hours; resumable; --report: only rewrite the report)\n  torch-check   only the bench's check that the PyTorch EBT twin computes our trainer's loss and gradient norm"
         ),
     }
 }

@@ -11,7 +11,7 @@ use nrgpt_core::format::PackedCheckpoint;
 use nrgpt_core::{Activation, Error, NormKind, Result};
 
 use crate::decode_params::DecodeParams;
-use crate::gpu_shared::{constants_source, job_entry, open_device, pack, read_back, storage_entry, PackedWeights};
+use crate::gpu_shared::{constants_source, job_entry, pack, read_back, storage_entry, GpuDevice, PackedWeights};
 use crate::Trace;
 
 /// Threads in the one workgroup.
@@ -197,13 +197,13 @@ pub struct GpuDecoder {
 }
 
 impl GpuDecoder {
-    /// Finds an adapter (Err(NoGpu) when there is none) and uploads the model.
-    /// `file` is the checkpoint `params` came from (its packed codes go to the GPU as they are).
-    pub async fn new(file: &PackedCheckpoint, params: &DecodeParams, steps: usize) -> Result<Self> {
+    /// Uploads the model to `gpu` (Err(NoGpu) when it does not fit). `file`
+    /// is the checkpoint `params` came from (its packed codes go to the GPU as they are).
+    pub async fn new(file: &PackedCheckpoint, params: &DecodeParams, steps: usize, gpu: &GpuDevice) -> Result<Self> {
         let params = params.clone();
         let (packed, wconsts) = pack_for_kernel(&params, file)?;
-        let need = (packed.words.len().max(packed.fvec.len()) * 4) as u64;
-        let (device, queue, adapter_name, _) = open_device("nrgpt", need).await?;
+        gpu.check_fits((packed.words.len().max(packed.fvec.len()) * 4) as u64)?;
+        let (device, queue, adapter_name) = (gpu.device.clone(), gpu.queue.clone(), gpu.adapter_name().to_string());
         let bgl = bind_group_layout(&device);
         let lay = io_layout(&params, steps);
         let (pipeline, bind_group, job, tokens, io, staging) = Self::build(&device, &bgl, &packed, &wconsts, &params, &lay).await?;

@@ -17,7 +17,7 @@ use nrgpt_core::layout::{Body, EbtIdx};
 use nrgpt_core::session::{EbtThinkOpts, TokenTrace};
 use nrgpt_core::{Activation, Error, ModelConfig, NormKind, Result};
 
-use crate::gpu_shared::{constants_source, job_entry, open_device, pack, read_back, storage_entry};
+use crate::gpu_shared::{constants_source, job_entry, pack, read_back, storage_entry, GpuDevice};
 
 /// The most threads per workgroup.
 const MAX_WG: usize = 256;
@@ -268,15 +268,15 @@ pub struct GpuEbtDecoder {
 }
 
 impl GpuEbtDecoder {
-    /// Finds an adapter (Err(NoGpu) when there is none), uploads the model and builds both kernels.
-    pub async fn new(file: &PackedCheckpoint) -> Result<Self> {
+    /// Uploads the model to `gpu` (Err(NoGpu) when it does not fit) and builds both kernels.
+    pub async fn new(file: &PackedCheckpoint, gpu: &GpuDevice) -> Result<Self> {
         let cfg = file.config.clone();
         let Body::Ebt(ix) = &file.layout.body else {
             return Err(Error::Config(format!("`{}` is not an EBT", cfg.arch.name())));
         };
         let prog = program(file, ix)?;
-        let need = (prog.words.len().max(prog.fvec.len()) * 4) as u64;
-        let (device, queue, adapter_name, software) = open_device("nrgpt-ebt", need).await?;
+        gpu.check_fits((prog.words.len().max(prog.fvec.len()) * 4) as u64)?;
+        let (device, queue, adapter_name, software) = (gpu.device.clone(), gpu.queue.clone(), gpu.adapter_name().to_string(), gpu.software());
         let bgl = bind_group_layout(&device);
         // catch WGSL and pipeline errors as values instead of wgpu's panic
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);

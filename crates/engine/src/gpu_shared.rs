@@ -1,5 +1,5 @@
 //! What both WGSL engines (NRGPT's descent, EBT's thinking) need from wgpu:
-//! an adapter and device, the weights packed as the shaders decode them
+//! a device they can share, the weights packed as the shaders decode them
 //! (shaders/weights_*.wgsl), the program text, and a blocking read-back.
 
 use std::collections::BTreeMap;
@@ -83,28 +83,60 @@ pub(crate) fn constants_source(header: &str, consts: &BTreeMap<String, String>) 
     s
 }
 
-/// A device on the preferred adapter with storage bindings of at least
-/// `need_bytes`, its adapter's name and whether that adapter is not known to
-/// be a hardware GPU (lavapipe says Cpu; a browser's WebGPU says nothing);
-/// Err(NoGpu) when there is none.
-pub(crate) async fn open_device(label: &str, need_bytes: u64) -> Result<(wgpu::Device, wgpu::Queue, String, bool)> {
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-    let adapter = instance
-        .request_adapter(&wgpu::RequestAdapterOptions { power_preference: wgpu::PowerPreference::HighPerformance, ..Default::default() })
-        .await
-        .map_err(|e| Error::NoGpu(format!("no adapter: {e}")))?;
-    let info = adapter.get_info();
-    let software = !matches!(info.device_type, wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::VirtualGpu);
-    // browsers may leave the adapter's name empty
-    let adapter_name = if info.name.is_empty() { format!("{:?}", info.backend) } else { format!("{} ({:?})", info.name, info.backend) };
-    let mut limits = wgpu::Limits::default();
-    limits.max_storage_buffer_binding_size = limits.max_storage_buffer_binding_size.max(need_bytes.next_power_of_two());
-    limits.max_buffer_size = limits.max_buffer_size.max(need_bytes.next_power_of_two());
-    let (device, queue) = adapter
-        .request_device(&wgpu::DeviceDescriptor { label: Some(label), required_limits: limits, ..Default::default() })
-        .await
-        .map_err(|e| Error::NoGpu(format!("adapter {adapter_name} gave no device: {e}")))?;
-    Ok((device, queue, adapter_name, software))
+/// A wgpu device and queue on the preferred adapter, which any number of
+/// decoders may share (cloning it shares it): a page with several models
+/// writing at once holds one device, not one per model.
+#[derive(Debug, Clone)]
+pub struct GpuDevice {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    adapter_name: String,
+    software: bool,
+}
+
+impl GpuDevice {
+    /// Opens the device; Err(NoGpu) when there is no adapter. Its buffer
+    /// limits are the adapter's own, so any model the adapter can hold fits.
+    pub async fn open() -> Result<Self> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions { power_preference: wgpu::PowerPreference::HighPerformance, ..Default::default() })
+            .await
+            .map_err(|e| Error::NoGpu(format!("no adapter: {e}")))?;
+        let info = adapter.get_info();
+        let software = !matches!(info.device_type, wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::VirtualGpu);
+        // browsers may leave the adapter's name empty
+        let adapter_name = if info.name.is_empty() { format!("{:?}", info.backend) } else { format!("{} ({:?})", info.name, info.backend) };
+        let most = adapter.limits();
+        let limits = wgpu::Limits {
+            max_storage_buffer_binding_size: most.max_storage_buffer_binding_size,
+            max_buffer_size: most.max_buffer_size,
+            ..Default::default()
+        };
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor { label: Some("nrgpt"), required_limits: limits, ..Default::default() })
+            .await
+            .map_err(|e| Error::NoGpu(format!("adapter {adapter_name} gave no device: {e}")))?;
+        Ok(Self { device, queue, adapter_name, software })
+    }
+
+    pub fn adapter_name(&self) -> &str {
+        &self.adapter_name
+    }
+
+    /// The adapter is not known to be a hardware GPU (lavapipe says Cpu; a browser's WebGPU says nothing).
+    pub fn software(&self) -> bool {
+        self.software
+    }
+
+    /// Err unless one storage binding of `need_bytes` fits this device.
+    pub(crate) fn check_fits(&self, need_bytes: u64) -> Result<()> {
+        let most = self.device.limits().max_storage_buffer_binding_size;
+        if need_bytes > most {
+            return Err(Error::NoGpu(format!("the model needs {need_bytes} bytes in one GPU binding; {} allows {most}", self.adapter_name)));
+        }
+        Ok(())
+    }
 }
 
 /// Binding 0 of both kernels' layouts: the uniform `Job`, one 256-byte slot

@@ -11,6 +11,8 @@ pub mod gpu_decoder;
 pub mod gpu_ebt_decoder;
 mod gpu_shared;
 
+pub use gpu_shared::GpuDevice;
+
 use cpu_decoder::CpuDecoder;
 use ebt_decoder::EbtDecoder;
 use decode_params::DecodeParams;
@@ -42,6 +44,8 @@ impl std::fmt::Display for Backend {
 pub struct DecoderOpts {
     /// Skip the GPU even when an adapter exists.
     pub force_cpu: bool,
+    /// The device to run on, shared with other decoders; None: open one for this decoder.
+    pub gpu: Option<GpuDevice>,
     /// Think an EBT in WGSL even on an adapter not known to be a hardware GPU.
     /// Off by default: on lavapipe the CPU engine thinks 8x faster (11 vs 94
     /// ms per character, d = 128, S = 4, N = 4); the parity tests turn it on.
@@ -74,6 +78,14 @@ pub struct Decoder {
     standby: Option<Box<Runner>>,
 }
 
+/// The device `opts` shares, else a new one.
+async fn device(opts: &DecoderOpts) -> Result<GpuDevice> {
+    match &opts.gpu {
+        Some(gpu) => Ok(gpu.clone()),
+        None => GpuDevice::open().await,
+    }
+}
+
 impl Decoder {
     /// Parses the checkpoint (f32 or quantized) and picks a backend.
     pub async fn new(bytes: &[u8], opts: DecoderOpts) -> Result<Self> {
@@ -85,7 +97,7 @@ impl Decoder {
             if opts.force_cpu {
                 (Runner::Ebt(EbtDecoder::new(&file)?), Backend::Cpu { reason: "GPU not requested".into() })
             } else {
-                match GpuEbtDecoder::new(&file).await {
+                match async { GpuEbtDecoder::new(&file, &device(&opts).await?).await }.await {
                     Ok(g) if g.software() && !opts.ebt_on_software_gpu => {
                         let reason = format!(
                             "an EBT thinks on the CPU engine: {} is not known to be a hardware GPU, and on a software one the CPU engine is faster",
@@ -110,7 +122,7 @@ impl Decoder {
             if opts.force_cpu {
                 (Runner::Cpu(CpuDecoder::new(params, steps)), Backend::Cpu { reason: "GPU not requested".into() })
             } else {
-                match GpuDecoder::new(&file, &params, steps).await {
+                match async { GpuDecoder::new(&file, &params, steps, &device(&opts).await?).await }.await {
                     Ok(g) => {
                         let adapter = g.adapter_name().to_string();
                         standby = Some(Box::new(Runner::Cpu(CpuDecoder::new(params, steps))));

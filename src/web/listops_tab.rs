@@ -27,7 +27,11 @@ thread_local! {
 }
 
 fn send(msg: ToWorker) {
-    CLIENT.with(|c| c.borrow().as_ref().map(|c| c.send(msg)));
+    CLIENT.with(|c| {
+        if let Some(c) = c.borrow().as_ref() {
+            c.send(msg)
+        }
+    });
 }
 
 /// The two tabs; `open` is true on the ListOps one.
@@ -128,8 +132,8 @@ impl Tab {
                 move || {
                     if step.get_untracked() < last {
                         step.update(|s| *s += 1);
-                    } else {
-                        REPLAY.with(|r| r.borrow_mut().take().map(|h| h.clear()));
+                    } else if let Some(h) = REPLAY.with(|r| r.borrow_mut().take()) {
+                        h.clear();
                     }
                 },
                 Duration::from_millis(STEP_MS),

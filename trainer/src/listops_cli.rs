@@ -45,6 +45,9 @@ pub struct SweepArgs {
     /// Recursion steps T (the reference's n_layer).
     #[arg(long, default_value_t = 5, value_parser = count(1, 64))]
     pub steps: usize,
+    /// NRGPT's options: reference (full-rank J, beta 1, free eta from N(0, 0.02), bare norm) | ours (the defaults of `trainer train`).
+    #[arg(long, default_value = "reference", value_parser = ["reference", "ours"])]
+    pub nrgpt: String,
     /// Operations, comma-separated (MIN, MAX, MED, SUM_MOD; the reference's data: SUM_MOD,MAX,MED).
     #[arg(long, value_delimiter = ',', default_value = "SUM_MOD,MAX,MED", value_parser = parse_op)]
     pub ops: Vec<Op>,
@@ -80,6 +83,7 @@ impl SweepArgs {
             models: self.models.clone(),
             widths: self.widths.clone().unwrap_or_else(|| if self.quick { vec![8, 24] } else { vec![8, 12, 16, 24, 32, 48] }),
             steps: self.steps,
+            reference_nrgpt: self.nrgpt == "reference",
             block: self.block,
             batch: self.batch,
             iters: self.iters.unwrap_or(q(300, 2000)),

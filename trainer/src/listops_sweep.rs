@@ -36,6 +36,8 @@ pub struct SweepSpec {
     pub widths: Vec<usize>,
     /// Recursion steps T (the reference's `n_layer` 5).
     pub steps: usize,
+    /// NRGPT with the reference's choices (else ours: stable eta, learned norm gain, beta 1/sqrt(d)).
+    pub reference_nrgpt: bool,
     pub block: usize,
     pub batch: usize,
     pub iters: usize,
@@ -47,18 +49,18 @@ pub struct SweepSpec {
 }
 
 /// The model a sweep trains: one head, T steps, the reference's LOPS00
-/// choices (NRGPT_H: one full-rank D x D matrix per head, beta 1, free eta
-/// from N(0, 0.02), the bare block norm; GPT_Rec: ReLU), with the strict
-/// causal mask its ListOps runs use.
-pub fn listops_config(arch: Arch, vocab: usize, d: usize, steps: usize, block: usize) -> ModelConfig {
+/// choices (NRGPT_H, if `reference_nrgpt`: one full-rank D x D matrix per
+/// head, beta 1, free eta from N(0, 0.02), the bare block norm; GPT_Rec:
+/// ReLU), with the strict causal mask its ListOps runs use.
+pub fn listops_config(arch: Arch, vocab: usize, d: usize, steps: usize, block: usize, reference_nrgpt: bool) -> ModelConfig {
     let mut c = ModelConfig::new(arch, vocab, d, 1, steps, block);
-    if arch.is_nrgpt() {
+    if arch.is_nrgpt() && reference_nrgpt {
         c.head_dim = d;
         c.eta = EtaKind::Free;
         c.eta_init = EtaInit::Normal;
         c.attn_beta = Some(1.0);
         c.block_norm = BlockNorm::Bare;
-    } else {
+    } else if !arch.is_nrgpt() {
         c.activation = Activation::Relu;
     }
     c
@@ -121,7 +123,7 @@ impl SweepSpec {
 
     /// Trains one model on `data` into `dir` and scores it on the test set.
     pub fn train_one(&self, data: &ListOpsData, arch: Arch, d: usize, dir: &Path) -> Result<Point> {
-        let cfg = listops_config(arch, data.vocab.len(), d, self.steps, self.block);
+        let cfg = listops_config(arch, data.vocab.len(), d, self.steps, self.block, self.reference_nrgpt);
         let paths = RunPaths { dir: dir.to_path_buf() };
         let t0 = Instant::now();
         let outcome = run(&data.corpus, &data.vocab, Start::Fresh(cfg.clone(), self.settings()), &paths, true, TrainBackend::Fast)?;

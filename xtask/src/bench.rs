@@ -553,18 +553,40 @@ fn write_figure(quality: &[Quality], cmd_name: &str) -> Result<()> {
     std::fs::write(&path, crate::plot::svg(&panels, &caption)).with_context(|| format!("writing {FIGURE}"))
 }
 
-/// BENCH.md in full: the previous run's numbers are in git.
+/// Everything from this line on in BENCH.md is written by other commands
+/// (e.g. `trainer listops-sweep`), and a bench run keeps it.
+const KEPT_MARKER: &str = "<!-- Sections below are written by other commands; `cargo xtask bench` keeps them. -->";
+
+/// The bench's part of BENCH.md followed by the kept part of `old`, if any.
+fn with_kept(ours: &str, old: &str) -> String {
+    match old.find(KEPT_MARKER) {
+        Some(i) => format!("{ours}\n{}", &old[i..]),
+        None => ours.to_string(),
+    }
+}
+
+/// BENCH.md in full, but for the kept sections: the previous run's numbers are in git.
 fn write_bench_md(md: &str) -> Result<()> {
     let text = format!(
         "# Benchmarks\n\nWritten by `cargo xtask bench` (the full run takes about an hour on 2 cores; \
          `cargo xtask bench --smoke` is part of the test suite). History is in git.\n\n{md}\n![Loss curves]({FIGURE})\n"
     );
-    std::fs::write(root().join(BENCH_MD), text).with_context(|| format!("writing {BENCH_MD}"))
+    let path = root().join(BENCH_MD);
+    let old = std::fs::read_to_string(&path).unwrap_or_default();
+    std::fs::write(&path, with_kept(&text, &old)).with_context(|| format!("writing {BENCH_MD}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bench_run_keeps_the_sections_other_commands_wrote() {
+        let old = format!("# Benchmarks\nold numbers\n\n{KEPT_MARKER}\n\n## ListOps\nsweep table\n");
+        let new = with_kept("# Benchmarks\nnew numbers\n", &old);
+        assert_eq!(new, format!("# Benchmarks\nnew numbers\n\n{KEPT_MARKER}\n\n## ListOps\nsweep table\n"));
+        assert_eq!(with_kept("# Benchmarks\nnew\n", "# Benchmarks\nold\n"), "# Benchmarks\nnew\n", "nothing kept without the marker");
+    }
 
     #[test]
     fn the_ratio_is_against_the_faster_pytorch_mode_that_ran() {

@@ -29,10 +29,10 @@ pub struct SweepArgs {
     /// Models, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "nrgpt-ff1,nrgpt-ff2w,gpt-rec")]
     pub models: Vec<Arch>,
-    /// d_model of each size, comma-separated (default 8,12,16,24,32,48; --quick: 8,24).
+    /// d_model of each size, comma-separated (default 16,32,48,64; --quick: 8,24).
     #[arg(long, value_delimiter = ',', value_parser = count(1, 512))]
     pub widths: Option<Vec<usize>>,
-    /// Training iterations per model (default 2000; --quick: 300).
+    /// Training iterations per model (default 3000; --quick: 300).
     #[arg(long, value_parser = count(1, 1 << 30))]
     pub iters: Option<usize>,
     #[arg(long, default_value_t = 3e-3, value_parser = positive)]
@@ -81,12 +81,12 @@ impl SweepArgs {
         data.test = scored;
         SweepSpec {
             models: self.models.clone(),
-            widths: self.widths.clone().unwrap_or_else(|| if self.quick { vec![8, 24] } else { vec![8, 12, 16, 24, 32, 48] }),
+            widths: self.widths.clone().unwrap_or_else(|| if self.quick { vec![8, 24] } else { vec![16, 32, 48, 64] }),
             steps: self.steps,
             reference_nrgpt: self.nrgpt == "reference",
             block: self.block,
             batch: self.batch,
-            iters: self.iters.unwrap_or(q(300, 2000)),
+            iters: self.iters.unwrap_or(q(300, 3000)),
             lr: self.lr,
             data,
             scored,

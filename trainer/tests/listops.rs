@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use nrgpt_core::listops::parse;
+use nrgpt_core::listops::{parse, Op, TreeSpec};
 use nrgpt_core::Arch;
 use trainer::listops_data::{generate, DataSpec};
 use trainer::listops_sweep::SweepSpec;
@@ -48,26 +48,38 @@ fn test_expressions_hold_a_triple_no_training_example_has() {
     assert_eq!(generate(&small_data(3)).unwrap().corpus.train, data.corpus.train);
 }
 
+/// Accuracy of always answering the most common value of `tests`: what a
+/// model that ignores the expression can reach.
+fn majority_baseline(tests: &[nrgpt_core::listops::Expr]) -> f64 {
+    let mut counts = [0usize; 10];
+    tests.iter().for_each(|e| counts[e.value() as usize] += 1);
+    *counts.iter().max().unwrap() as f64 / tests.len() as f64
+}
+
 #[test]
 fn a_short_run_answers_held_out_expressions_far_above_chance() {
+    // one level of MAX and MIN over 2 or 3 digits: a task 2,000 small
+    // iterations learn (the reference's nested task takes far longer, see docs/listops.md)
+    let tree = TreeSpec { max_depth: 1, ops: vec![Op::Max, Op::Min], ..TreeSpec::default() };
     let spec = SweepSpec {
         models: vec![Arch::GptRec],
         widths: vec![32],
         steps: 5,
         reference_nrgpt: true,
         block: 64,
-        batch: 32,
-        iters: 1200,
+        batch: 16,
+        iters: 2000,
         lr: 1e-2,
-        data: DataSpec { train: 20_000, test: 300, ..DataSpec::reference(1) },
+        data: DataSpec { tree, train: 20_000, test: 300, ..DataSpec::reference(1) },
         scored: 300,
         seed: 1,
     };
     let data = generate(&spec.data).unwrap();
+    // held-out expressions all have 3 arguments, so 0 or 9 is about a fifth of them
+    let chance = majority_baseline(&data.test);
     let dir = tmp("listops-short");
     let p = spec.train_one(&data, Arch::GptRec, 32, &dir).unwrap();
-    // chance: one digit in ten
-    assert!(p.accuracy >= 0.4, "held-out accuracy {} after {} iterations (val loss {})", p.accuracy, spec.iters, p.val_loss);
+    assert!(p.accuracy >= chance + 0.15, "held-out accuracy {} (chance {chance}) after {} iterations (val loss {})", p.accuracy, spec.iters, p.val_loss);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

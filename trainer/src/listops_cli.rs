@@ -99,18 +99,18 @@ impl SweepArgs {
 pub fn sweep(a: &SweepArgs, command: &str, json: bool) -> Result<()> {
     let spec = a.spec();
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let points = spec.run(&a.out, &mut |p| {
+    let (points, chance) = spec.run(&a.out, &mut |p| {
         eprintln!("{} d={} ({} params): accuracy {:.3}, val loss {:.4}, {:.0} s", p.model, p.d_model, p.params, p.accuracy, p.val_loss, p.seconds)
     })?;
     let trans = transitions(&spec.models, &points);
-    let table = markdown(&points, &trans);
+    let table = markdown(&points, &trans, chance);
     let caption = vec![
         command.to_string(),
         format!("{} iterations of {} x {} characters, lr {}, T = {}; {} held-out expressions scored", spec.iters, spec.batch, spec.block, spec.lr, spec.steps, spec.scored),
     ];
     write_atomic(&a.out.join("table.md"), format!("{table}\n{}\n", caption.join("\n")).as_bytes())?;
     write_atomic(&a.out.join("accuracy.svg"), accuracy_svg(&points, &trans, &caption).as_bytes())?;
-    let report = serde_json::json!({ "command": command, "points": points, "transitions": trans });
+    let report = serde_json::json!({ "command": command, "chance": chance, "points": points, "transitions": trans });
     write_atomic(&a.out.join("results.json"), serde_json::to_string_pretty(&report)?.as_bytes())?;
     if json {
         println!("{report}");

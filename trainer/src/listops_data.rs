@@ -87,6 +87,14 @@ pub fn generate(spec: &DataSpec) -> Result<ListOpsData> {
     Ok(ListOpsData { vocab, corpus, test, held_out })
 }
 
+/// Accuracy of always answering the most common value of `tests`: what a
+/// model that ignores the expression reaches (chance, for this test set).
+pub fn majority_baseline(tests: &[Expr]) -> f64 {
+    let mut counts = [0usize; 10];
+    tests.iter().for_each(|e| counts[e.value() as usize] += 1);
+    counts.iter().max().copied().unwrap_or(0) as f64 / tests.len().max(1) as f64
+}
+
 /// Three different digits in random order.
 fn distinct_triple(rng: &mut Rng64) -> [u8; 3] {
     let mut pool: Vec<u8> = (0..10).collect();

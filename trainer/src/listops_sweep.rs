@@ -12,7 +12,7 @@ use nrgpt_core::{Activation, Arch, BlockNorm, Checkpoint, EtaInit, EtaKind, Mode
 use serde::Serialize;
 
 use crate::fast::TrainBackend;
-use crate::listops_data::{generate, DataSpec, ListOpsData};
+use crate::listops_data::{generate, majority_baseline, DataSpec, ListOpsData};
 use crate::listops_score::accuracy;
 use crate::train::{run, RunPaths, Start, TrainSettings};
 
@@ -108,8 +108,10 @@ impl SweepSpec {
     }
 
     /// Trains and scores every model; `out` gets one run folder per model.
-    pub fn run(&self, out: &Path, log: &mut dyn FnMut(&Point)) -> Result<Vec<Point>> {
+    /// Returns the points and the scored expressions' majority baseline (chance).
+    pub fn run(&self, out: &Path, log: &mut dyn FnMut(&Point)) -> Result<(Vec<Point>, f64)> {
         let data = generate(&self.data)?;
+        let chance = majority_baseline(&data.test[..self.scored.min(data.test.len())]);
         let mut points = Vec::new();
         for &arch in &self.models {
             for &d in &self.widths {
@@ -118,7 +120,7 @@ impl SweepSpec {
                 points.push(p);
             }
         }
-        Ok(points)
+        Ok((points, chance))
     }
 
     /// Trains one model on `data` into `dir` and scores it on the test set.
@@ -163,12 +165,13 @@ fn sci(x: f64) -> String {
     format!("{:.1}e{}", x / 10f64.powi(x.log10().floor() as i32), x.log10().floor() as i32)
 }
 
-/// The results and the transitions as markdown tables.
-pub fn markdown(points: &[Point], trans: &[Transition]) -> String {
+/// The results and the transitions as markdown tables; `chance`: the majority baseline.
+pub fn markdown(points: &[Point], trans: &[Transition], chance: f64) -> String {
     let mut s = String::from("| model | d_model | params | val loss (nats/char) | test accuracy | train + score (s) |\n|---|---|---|---|---|---|\n");
     for p in points {
         s += &format!("| {} | {} | {} | {:.4} | {:.3} | {:.0} |\n", p.model, p.d_model, p.params, p.val_loss, p.accuracy, p.seconds);
     }
+    s += &format!("\nAlways answering the most common value of the scored expressions: {chance:.3}.\n");
     s += &format!("\n| model | transition here (smallest >= {LEARNED} from there on) | interpolated crossing | paper |\n|---|---|---|---|\n");
     for t in trans {
         let or_none = |v: Option<f64>| v.map(sci).unwrap_or_else(|| "not reached".into());

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use nrgpt_core::listops::{parse, Op, TreeSpec};
 use nrgpt_core::Arch;
-use trainer::listops_data::{generate, DataSpec};
+use trainer::listops_data::{generate, majority_baseline, DataSpec};
 use trainer::listops_sweep::SweepSpec;
 
 fn root(p: &str) -> PathBuf {
@@ -46,14 +46,6 @@ fn test_expressions_hold_a_triple_no_training_example_has() {
     }
     // the same spec gives the same data
     assert_eq!(generate(&small_data(3)).unwrap().corpus.train, data.corpus.train);
-}
-
-/// Accuracy of always answering the most common value of `tests`: what a
-/// model that ignores the expression can reach.
-fn majority_baseline(tests: &[nrgpt_core::listops::Expr]) -> f64 {
-    let mut counts = [0usize; 10];
-    tests.iter().for_each(|e| counts[e.value() as usize] += 1);
-    *counts.iter().max().unwrap() as f64 / tests.len() as f64
 }
 
 #[test]

@@ -68,7 +68,7 @@ impl Tab {
             info: RwSignal::new(None),
             status: RwSignal::new("Starting the worker…".into()),
             error: RwSignal::new(None),
-            input: RwSignal::new("S(3 4 X(1 2))".into()),
+            input: RwSignal::new("X(M(0 3 1) 8 6)".into()),
             asked: RwSignal::new(None),
             run: RwSignal::new(0),
             running: RwSignal::new(false),
@@ -287,7 +287,8 @@ pub fn ListOpsPanel(open: RwSignal<bool>) -> impl IntoView {
             <p class="tagline">
                 "ListOps: nested operations over digits. S = sum mod 10, X = max, M = median, N = min (the model learned S, X and M). "
                 "A small NRGPT reads the expression, then writes out its work, the innermost operation first, and ends with the answer; "
-                "each character is the state that settled after T descent steps."
+                "each character is the state that settled after T descent steps. "
+                "It is small (28k parameters, 10 minutes of training) and gets about half of unseen expressions right."
             </p>
             <p class="status" id="listops-status">{move || tab.status.get()}</p>
             <form class="lform" on:submit=move |ev: leptos::ev::SubmitEvent| { ev.prevent_default(); tab.answer(); }>

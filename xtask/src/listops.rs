@@ -9,8 +9,8 @@ use crate::{build_web, ensure_chromium, root, run, say, serve};
 
 /// The shipped ListOps checkpoint (the tab loads it).
 pub const LISTOPS_MODEL: &str = "www/models/listops.safetensors";
-/// The expression the test types (nested, all three trained operations).
-const TEST_EXPR: &str = "S(7 M(4 9 1) X(2 6))";
+/// The expression the test types (nested; the reference's own example).
+const TEST_EXPR: &str = "X(M(0 3 1) 8 6)";
 
 /// `trainer listops-answer --json` on the test expression.
 fn native_answer() -> Result<String> {

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leptos::prelude::*;
-use nrgpt_core::listops::{parse, Expr, Op, TreeSpec, END};
+use nrgpt_core::listops::{answer_of, parse, Expr, Op, TreeSpec, END};
 use nrgpt_core::rng::Rng64;
 
-use super::chart::{show_char, CandidateTable, EnergyChart};
+use super::chart::{CandidateTable, EnergyChart};
 use super::client::Client;
 use super::manifest::{model_url, ModelEntry};
 use super::protocol::{EngineChoice, FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
@@ -190,9 +190,10 @@ impl Tab {
         self.error.set(None);
     }
 
-    /// The answer digit: the character before the end of the example.
-    fn answer_digit(self) -> Option<char> {
-        self.tokens.with(|v| if self.finished.get() && v.len() >= 2 { Some(v[v.len() - 2].ch) } else { None })
+    /// Once the example ended: its answer digit (the digit before the end,
+    /// as `trainer listops-answer` scores it), None if the model wrote none.
+    fn answer_digit(self) -> Option<Option<u8>> {
+        self.finished.get().then(|| answer_of(&self.tokens.with(|v| v.iter().map(|t| t.ch).collect::<String>())))
     }
 }
 
@@ -274,10 +275,11 @@ pub fn ListOpsPanel(open: RwSignal<bool>) -> impl IntoView {
     let verdict = move || {
         let digit = tab.answer_digit()?;
         let truth = tab.asked.with(|a| a.as_ref().map(Expr::value))?;
-        let right = digit.to_digit(10) == Some(truth as u32);
+        let right = digit == Some(truth);
+        let shown = digit.map(|d| d.to_string()).unwrap_or_else(|| "none (no digit before the end)".into());
         Some(view! {
             <p class="verdict" class:right=right>
-                "Answer: " <strong id="listops-answer">{show_char(digit)}</strong>
+                "Answer: " <strong id="listops-answer">{shown}</strong>
                 <span id="listops-truth">{format!(" · true value {truth} ")}{if right { "✓" } else { "✗" }}</span>
             </p>
         })

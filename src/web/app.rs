@@ -15,6 +15,7 @@ use super::client::Client;
 use super::explain::how_it_works;
 use super::ebt_chart::CandidateCurves;
 use super::gpu_probe::{probe, GpuProbe};
+use super::listops_tab::{tabs, ListOpsPanel};
 use super::manifest::{self, ModelEntry};
 use super::protocol::{EngineChoice, FromWorker, GenerateRequest, ModelInfo, Token, ToWorker};
 use super::watch::{settling_char, Pace, Watch};
@@ -558,6 +559,7 @@ fn ebt_controls(ui: Ui) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     let ui = Ui::new();
+    let listops_open = RwSignal::new(false);
     match Client::start(move |m| ui.on_reply(m)) {
         Ok(c) => CLIENT.with(|cl| *cl.borrow_mut() = Some(c)),
         Err(e) => ui.error.set(Some(e)),
@@ -695,8 +697,10 @@ pub fn App() -> impl IntoView {
                     <span class="gpu-probe">{move || ui.gpu.with(|g| g.describe())}</span>
                 </p>
                 {how_it_works()}
+                {tabs(listops_open)}
             </header>
-            <div class="layout">
+            <ListOpsPanel open=listops_open />
+            <div class="layout" class:hidden=move || listops_open.get()>
                 // the app checks every field and names it; the browser's step checks refused 0.72 and 0.001
                 <form class="controls panel" novalidate on:submit=move |ev: SubmitEvent| {
                     ev.prevent_default();

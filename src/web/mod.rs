@@ -9,6 +9,7 @@ pub mod explain;
 pub mod ebt_chart;
 pub mod fetch;
 pub mod gpu_probe;
+pub mod listops_tab;
 pub mod manifest;
 pub mod protocol;
 pub mod watch;

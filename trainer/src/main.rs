@@ -62,6 +62,10 @@ enum Cmd {
         #[arg(long, default_value = "int8")]
         quant: Scheme,
     },
+    /// ListOps: held-out accuracy vs parameters of NRGPT-FF1, NRGPT-FF2W and gpt-rec, and where each learns the task.
+    ListopsSweep(trainer::listops_cli::SweepArgs),
+    /// ListOps: one expression through a checkpoint (its greedy chain of thought and answer).
+    ListopsAnswer(trainer::listops_cli::AnswerArgs),
     /// Write the character vocabulary of a corpus as tokenizer.json.
     Vocab {
         #[arg(long, default_value = "data/tinyshakespeare/input.txt")]
@@ -654,6 +658,11 @@ fn main() -> Result<()> {
             );
             Ok(())
         }
+        Cmd::ListopsSweep(a) => {
+            let command = std::iter::once("trainer".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
+            trainer::listops_cli::sweep(&a, &command, json)
+        }
+        Cmd::ListopsAnswer(a) => trainer::listops_cli::answer(&a, json),
         Cmd::Vocab { data, out } => {
             let text = std::fs::read_to_string(&data).with_context(|| format!("reading {}", data.display()))?;
             let vocab = Vocab::from_text(&text)?;

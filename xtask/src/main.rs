@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 mod bench;
 mod science;
 mod dist;
+mod listops;
 mod plot;
 mod serve;
 mod widgets;
@@ -184,11 +185,12 @@ fn long_prompt() -> Result<String> {
     Ok(val)
 }
 
-/// The page's test, then the widget's even when the page's failed (they test different things).
+/// The page's test, then the widget's and the ListOps tab's even when one failed (they test different things).
 fn browser_test() -> Result<()> {
     let page = browser_test_run(false);
     let widget = widget_test();
-    page.and(widget)
+    let listops = listops::browser_test();
+    page.and(widget).and(listops)
 }
 
 /// The browser test with its report captured (the bench reads the page speed from it).
@@ -365,6 +367,7 @@ fn main() -> Result<()> {
             serve(port)
         }
         "test-browser" => browser_test(),
+        "test-listops" => listops::browser_test(),
         "test-widget" => {
             ensure_chromium()?;
             run(Command::new("npm").args(["ci", "--no-audit", "--no-fund", "--prefix", "tests/browser"]))?;
@@ -376,7 +379,7 @@ fn main() -> Result<()> {
         "bench" => bench::bench(args.iter().any(|a| a == "--smoke")),
         "torch-check" => bench::torch_check(),
         _ => bail!(
-            "usage: cargo xtask <test|serve|test-browser|test-widget|dist|posters|bench|torch-check>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser tests: the page, then the widget (builds the page, drives headless chromium)\n  test-widget   only the widget test: dist/ on a static server, the blog demo, CSP, host styles, sharing (one GPU device), lazy loading, iframe fit, updates never stale\n  dist          build the static site into dist/ (page, widget, wasm, worker, models, blog demo)\n  posters       record the blog demo widgets' posters (trainer sample --trace) into www/posters/\n  bench         measure quality, trainer speed, decode and page speed; write BENCH.md (--smoke: a tiny run that checks the bench works)\n                --science: NRGPT vs GPT at an equal budget, lr search, ablation (hours; resumable; --report: only rewrite the report)\n  torch-check   only the bench's check that the PyTorch EBT twin computes our trainer's loss and gradient norm"
+            "usage: cargo xtask <test|serve|test-browser|test-widget|test-listops|dist|posters|bench|torch-check>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser tests: the page, the widget, the ListOps tab (builds the page, drives headless chromium)\n  test-widget   only the widget test: dist/ on a static server, the blog demo, CSP, host styles, sharing (one GPU device), lazy loading, iframe fit, updates never stale\n  test-listops  only the ListOps tab's browser test (the shipped www/models/listops.safetensors against trainer listops-answer)\n  dist          build the static site into dist/ (page, widget, wasm, worker, models, blog demo)\n  posters       record the blog demo widgets' posters (trainer sample --trace) into www/posters/\n  bench         measure quality, trainer speed, decode and page speed; write BENCH.md (--smoke: a tiny run that checks the bench works)\n                --science: NRGPT vs GPT at an equal budget, lr search, ablation (hours; resumable; --report: only rewrite the report)\n  torch-check   only the bench's check that the PyTorch EBT twin computes our trainer's loss and gradient norm"
         ),
     }
 }

@@ -17,6 +17,7 @@ pub mod format;
 pub mod gpt;
 pub mod layout;
 pub mod linear;
+pub mod listops;
 pub mod model;
 pub mod norm;
 pub mod nrgpt;

@@ -99,6 +99,7 @@ impl SweepSpec {
             warmup: (self.iters / 20).min(200),
             weight_decay: 0.1,
             dropout: 0.0,
+            attn_dropout: 0.0,
             grad_clip: 1.0,
             eval_every: self.iters,
             eval_iters: 10,

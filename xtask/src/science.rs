@@ -263,7 +263,9 @@ fn lrs_tried(runs: &[Run]) -> String {
 /// One table line for a row: its best run at the lrs tried.
 fn row_line(md: &mut String, row: &Row, runs: &[Run], iters: usize, tokens_per_iter: usize, reference: Option<f64>) {
     let Some(best) = best_run(runs) else {
-        let _ = writeln!(md, "| {} | {} | - | {} | pending | | | | | | | {} |", row.size, row.name, iters * tokens_per_iter, lrs_tried(runs));
+        // a large-size row has no run until its model's lr search at the small size is done
+        let tried = if runs.is_empty() { "after the lr search at S".to_string() } else { lrs_tried(runs) };
+        let _ = writeln!(md, "| {} | {} | - | {} | pending | | | | | | | {tried} |", row.size, row.name, iters * tokens_per_iter);
         return;
     };
     let e = best.evals.as_ref().expect("best_run keeps finished runs");

@@ -152,6 +152,11 @@ struct Evals {
     /// The train split's first characters (as many as the val split has), final weights.
     train: f64,
     tokens_per_s: f64,
+    /// (iteration, train estimate, val estimate) at each evaluation: the
+    /// curve, kept here so the report needs neither the log nor the
+    /// checkpoints (this file is what git keeps of a run).
+    #[serde(default)]
+    points: Vec<(f64, f64, f64)>,
 }
 
 /// One run of the pool: a row at one learning rate.
@@ -159,12 +164,6 @@ struct Run {
     dir: PathBuf,
     lr: f64,
     evals: Option<Evals>,
-}
-
-impl Run {
-    fn log(&self) -> PathBuf {
-        self.dir.join("log.csv")
-    }
 }
 
 fn run_dir(plan: &Plan, row: &Row, lr: f64) -> PathBuf {
@@ -175,7 +174,14 @@ fn run_dir(plan: &Plan, row: &Row, lr: f64) -> PathBuf {
 fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, iters: usize, train: bool) -> Result<Run> {
     let dir = run_dir(plan, row, lr);
     let ckpt = dir.join("ckpt.safetensors");
-    if !run_finished(&dir, iters) {
+    let cache = dir.join("science-evals.json");
+    // written once the run finished and was evaluated; newer than the
+    // checkpoint, or alone (git keeps this file of a run, not its checkpoints)
+    let fresh = |c: &Path| -> bool {
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        modified(c).is_some_and(|a| modified(&ckpt).is_none_or(|b| a >= b))
+    };
+    if !run_finished(&dir, iters) && !(fresh(&cache) && !ckpt.is_file()) {
         if !train {
             return Ok(Run { dir, lr, evals: None });
         }
@@ -189,11 +195,6 @@ fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, iters: usize, train
             return Ok(Run { dir, lr, evals: None });
         }
     }
-    let cache = dir.join("science-evals.json");
-    let fresh = |c: &Path| -> bool {
-        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        modified(c).zip(modified(&ckpt)).is_some_and(|(a, b)| a >= b)
-    };
     if fresh(&cache) {
         if let Ok(e) = serde_json::from_str(&std::fs::read_to_string(&cache)?) {
             return Ok(Run { dir, lr, evals: Some(e) });
@@ -214,6 +215,7 @@ fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, iters: usize, train
         best_val: eval(&dir.join("best.safetensors"), "val")?,
         train: eval(&ckpt, "train")?,
         tokens_per_s: mean_tokens_per_s(&dir.join("log.csv")),
+        points: eval_points(&dir.join("log.csv")),
     };
     std::fs::write(&cache, serde_json::to_string_pretty(&evals)?).with_context(|| format!("writing {}", cache.display()))?;
     Ok(Run { dir, lr, evals: Some(evals) })
@@ -269,7 +271,7 @@ fn row_line(md: &mut String, row: &Row, runs: &[Run], iters: usize, tokens_per_i
         return;
     };
     let e = best.evals.as_ref().expect("best_run keeps finished runs");
-    let shape = curve_shape(&eval_points(&best.log()));
+    let shape = curve_shape(&e.points);
     let delta = reference.map_or(String::new(), |r| format!(" ({:+.4})", e.best_val - r));
     let _ = writeln!(
         md,
@@ -421,8 +423,7 @@ fn write_figures(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>]) -> Result<
     for (size, rows, runs) in [("S", &plan.small, small), ("M", &plan.large, large)] {
         let mut series = Vec::new();
         for (i, (row, r)) in rows.iter().zip(runs).enumerate() {
-            let Some(best) = best_run(r) else { continue };
-            let pts = eval_points(&best.log());
+            let Some(pts) = best_run(r).and_then(|b| b.evals.as_ref()).map(|e| &e.points) else { continue };
             let colour = COLOURS[i % COLOURS.len()];
             series.push(Series { label: row.name.to_string(), points: pts.iter().map(|p| (p.0, p.2)).collect(), dashed: false, colour });
             series.push(Series { label: String::new(), points: pts.iter().map(|p| (p.0, p.1)).collect(), dashed: true, colour });
@@ -474,7 +475,7 @@ mod tests {
         let run = |lr: f64, v: Option<f64>| Run {
             dir: PathBuf::new(),
             lr,
-            evals: v.map(|v| Evals { params: 1, val: v + 0.01, best_val: v, train: v - 0.1, tokens_per_s: 1.0 }),
+            evals: v.map(|v| Evals { params: 1, val: v + 0.01, best_val: v, train: v - 0.1, tokens_per_s: 1.0, points: Vec::new() }),
         };
         let runs = [run(1e-3, Some(1.9)), run(3e-3, Some(1.8)), run(6e-3, None)];
         assert_eq!(best_run(&runs).map(|r| r.lr), Some(3e-3));

@@ -5,16 +5,18 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device};
 use nrgpt_core::model::num_params;
-use nrgpt_core::{Activation, Arch, BlockNorm, Checkpoint, EtaInit, EtaKind, ModelConfig};
-use serde::Serialize;
+use nrgpt_core::{Activation, Arch, BlockNorm, Checkpoint, EtaInit, EtaKind, GptBlock, ModelConfig};
+use serde::{Deserialize, Serialize};
 
 use crate::fast::TrainBackend;
 use crate::listops_data::{generate, majority_baseline, DataSpec, ListOpsData};
+use crate::files::write_atomic;
 use crate::listops_score::accuracy;
-use crate::train::{run, RunPaths, Start, TrainSettings};
+use crate::resume::Requested;
+use crate::train::{run, RunPaths, Start, TrainSettings, TrainState};
 
 /// Accuracy that counts as having learned the task (the paper's threshold).
 pub const LEARNED: f64 = 0.8;
@@ -50,8 +52,9 @@ pub struct SweepSpec {
 
 /// The model a sweep trains: one head, T steps, the reference's LOPS00
 /// choices (NRGPT_H, if `reference_nrgpt`: one full-rank D x D matrix per
-/// head, beta 1, free eta from N(0, 0.02), the bare block norm; GPT_Rec:
-/// ReLU), with the strict causal mask its ListOps runs use.
+/// head, beta 1, free eta from N(0, 0.02), the bare block norm;
+/// GPT_Rec_parallel: the parallel block with ReLU), with the strict causal mask its ListOps
+/// runs use.
 pub fn listops_config(arch: Arch, vocab: usize, d: usize, steps: usize, block: usize, reference_nrgpt: bool) -> ModelConfig {
     let mut c = ModelConfig::new(arch, vocab, d, 1, steps, block);
     if arch.is_nrgpt() && reference_nrgpt {
@@ -62,21 +65,34 @@ pub fn listops_config(arch: Arch, vocab: usize, d: usize, steps: usize, block: u
         c.block_norm = BlockNorm::Bare;
     } else if !arch.is_nrgpt() {
         c.activation = Activation::Relu;
+        c.gpt_block = GptBlock::Parallel;
     }
     c
 }
 
 /// One trained model's result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Point {
     pub model: String,
     pub d_model: usize,
     pub params: usize,
     pub val_loss: f64,
     pub accuracy: f64,
+    /// Training and scoring time, summed over the processes that worked on it.
     pub seconds: f64,
     pub ckpt: PathBuf,
 }
+
+/// A finished model's result, kept in its run folder so a rerun of the
+/// sweep (after a kill, or to add widths) does not train it again.
+#[derive(Serialize, Deserialize)]
+struct Finished {
+    config: ModelConfig,
+    settings: TrainSettings,
+    point: Point,
+}
+
+const FINISHED: &str = "point.json";
 
 /// Where one model crossed [`LEARNED`].
 #[derive(Debug, Clone, Serialize)]
@@ -101,7 +117,8 @@ impl SweepSpec {
             dropout: 0.0,
             attn_dropout: 0.0,
             grad_clip: 1.0,
-            eval_every: self.iters,
+            // each evaluation saves a checkpoint that a killed sweep resumes from
+            eval_every: self.iters.min(1000),
             eval_iters: 10,
             seed: self.seed,
             ebt: Default::default(),
@@ -125,18 +142,72 @@ impl SweepSpec {
     }
 
     /// Trains one model on `data` into `dir` and scores it on the test set.
+    /// A finished model of the same config and settings is read back; a
+    /// killed one resumes from its last checkpoint; any other run in `dir`
+    /// is refused rather than overwritten.
     pub fn train_one(&self, data: &ListOpsData, arch: Arch, d: usize, dir: &Path) -> Result<Point> {
         let cfg = listops_config(arch, data.vocab.len(), d, self.steps, self.block, self.reference_nrgpt);
+        let settings = self.settings();
         let paths = RunPaths { dir: dir.to_path_buf() };
+        if let Some(done) = read_finished(dir)? {
+            if same_run(&done.config, &done.settings, &cfg, &settings)? {
+                return Ok(done.point);
+            }
+            bail!("{} holds a finished run with other settings than this sweep's; remove it or pick another --out", dir.display());
+        }
+        let (start, seconds_before) = match stored_state(&paths)? {
+            None => (Start::Fresh(cfg.clone(), settings.clone()), 0.0),
+            Some((stored_cfg, state)) if same_run(&stored_cfg, &state.settings, &cfg, &settings)? => {
+                (Start::Resume { iters: None, requested: Requested { cfg: cfg.clone(), settings: settings.clone(), given: Vec::new() } }, last_elapsed(&paths))
+            }
+            Some(_) => bail!("{} holds a run with other settings than this sweep's; remove it or pick another --out", dir.display()),
+        };
         let t0 = Instant::now();
-        let outcome = run(&data.corpus, &data.vocab, Start::Fresh(cfg.clone(), self.settings()), &paths, true, TrainBackend::Fast)?;
-        let seconds = t0.elapsed().as_secs_f64();
+        let outcome = run(&data.corpus, &data.vocab, start, &paths, true, TrainBackend::Fast)?;
         let bytes = std::fs::read(paths.ckpt()).with_context(|| format!("reading {}", paths.ckpt().display()))?;
         let ck = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu)?;
         let tests = &data.test[..self.scored.min(data.test.len())];
         let acc = accuracy(&ck.model()?, &ck.vocab, tests)?;
-        Ok(Point { model: arch.name().to_string(), d_model: d, params: num_params(&cfg), val_loss: outcome.val_loss, accuracy: acc, seconds, ckpt: paths.ckpt() })
+        let seconds = seconds_before + t0.elapsed().as_secs_f64();
+        let point = Point { model: arch.name().to_string(), d_model: d, params: num_params(&cfg), val_loss: outcome.val_loss, accuracy: acc, seconds, ckpt: paths.ckpt() };
+        let done = Finished { config: cfg, settings, point: point.clone() };
+        write_atomic(&dir.join(FINISHED), serde_json::to_string_pretty(&done)?.as_bytes())?;
+        Ok(point)
     }
+}
+
+fn read_finished(dir: &Path) -> Result<Option<Finished>> {
+    let path = dir.join(FINISHED);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// The config and train state of the checkpoint in `paths`, if there is one.
+fn stored_state(paths: &RunPaths) -> Result<Option<(ModelConfig, TrainState)>> {
+    let path = paths.ckpt();
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let ck = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))?;
+    let state = ck.meta.get("train_state").with_context(|| format!("{} has no train_state", path.display()))?;
+    let state: TrainState = serde_json::from_str(state).with_context(|| format!("parsing the train_state of {}", path.display()))?;
+    Ok(Some((ck.config, state)))
+}
+
+/// Same model and settings, compared as stored (JSON), the way `--resume` compares flags.
+fn same_run(cfg_a: &ModelConfig, set_a: &TrainSettings, cfg_b: &ModelConfig, set_b: &TrainSettings) -> Result<bool> {
+    Ok(serde_json::to_value(cfg_a)? == serde_json::to_value(cfg_b)? && serde_json::to_value(set_a)? == serde_json::to_value(set_b)?)
+}
+
+/// Seconds the earlier process had trained when it last evaluated (log.csv's last column).
+fn last_elapsed(paths: &RunPaths) -> f64 {
+    let text = std::fs::read_to_string(paths.log()).unwrap_or_default();
+    text.lines().filter_map(|l| l.rsplit(',').next()?.parse::<f64>().ok()).fold(0.0, f64::max)
 }
 
 /// Each model's transition from its points (in any order).

@@ -81,12 +81,8 @@ fn a_short_run_answers_held_out_expressions_far_above_chance() {
 #[test]
 fn the_quick_sweep_writes_its_table_figure_and_results() {
     let out = tmp("listops-sweep");
-    let o = Command::new(env!("CARGO_BIN_EXE_trainer"))
-        .current_dir(root(""))
-        .args(["listops-sweep", "--quick", "--models", "nrgpt-ff1,gpt-rec", "--widths", "8,12", "--iters", "60", "--scored", "40", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let _ = std::fs::remove_dir_all(&out);
+    let o = sweep(&out, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let table = std::fs::read_to_string(out.join("table.md")).unwrap();
     for row in ["| nrgpt-ff1 | 8 |", "| nrgpt-ff1 | 12 |", "| gpt-rec | 8 |", "| gpt-rec | 12 |", "| nrgpt-ff1 | not reached | not reached | 2.4e4 |"] {
@@ -104,7 +100,27 @@ fn the_quick_sweep_writes_its_table_figure_and_results() {
     assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
     let r: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
     assert_eq!((r["expression"].as_str(), r["truth"].as_u64()), (Some("X(381)"), Some(8)));
+    // a rerun reads the finished models back instead of training them again
+    let again = sweep(&out, &[]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    let json2: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(json2["points"], json["points"], "same points, same seconds: nothing retrained");
+    // and a sweep with other settings is refused, not written over them
+    let other = sweep(&out, &["--lr", "1e-3"]);
+    assert!(!other.status.success());
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(err.contains("nrgpt-ff1-d8") && err.contains("other settings"), "{err}");
     let _ = std::fs::remove_dir_all(&out);
+}
+
+fn sweep(out: &Path, extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_trainer"))
+        .current_dir(root(""))
+        .args(["listops-sweep", "--quick", "--models", "nrgpt-ff1,gpt-rec", "--widths", "8,12", "--iters", "60", "--scored", "40", "--out"])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
 }
 
 #[test]

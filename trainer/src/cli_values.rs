@@ -3,6 +3,7 @@
 //! a NaN temperature or a length that cannot be allocated.
 
 use clap::builder::RangedU64ValueParser;
+use serde::de::DeserializeOwned;
 
 /// Most characters `sample` generates in one call (the page's limit too).
 pub const MAX_SAMPLE_LEN: usize = 100_000;
@@ -10,6 +11,12 @@ pub const MAX_SAMPLE_LEN: usize = 100_000;
 /// An integer option in `lo..=hi`.
 pub fn count(lo: u64, hi: usize) -> RangedU64ValueParser<usize> {
     RangedU64ValueParser::new().range(lo..=hi as u64)
+}
+
+/// One of a config enum's kebab-case names, as the checkpoint stores it
+/// (serde's error lists the names it expects).
+pub fn kebab<T: DeserializeOwned>(s: &str) -> Result<T, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|e| e.to_string())
 }
 
 fn float(s: &str) -> Result<f64, String> {

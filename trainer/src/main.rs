@@ -14,7 +14,7 @@ use nrgpt_core::sample::{generate, SampleOpts};
 use nrgpt_core::{Activation, Arch, BlockNorm, Checkpoint, EtaInit, EtaKind, GptBlock, ModelConfig, NormKind, Vocab};
 use serde::Serialize;
 use nrgpt_core::bounds::{MAX_BLOCK, MAX_D_MODEL, MAX_FF_MULT, MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS, MAX_STEPS};
-use trainer::cli_values::{non_negative_f32, count, dropout, non_negative, positive, temperature, top_p, MAX_SAMPLE_LEN};
+use trainer::cli_values::{count, dropout, kebab, non_negative, non_negative_f32, positive, temperature, top_p, MAX_SAMPLE_LEN};
 use trainer::data::Corpus;
 use trainer::eval::{full_loss, monotone_fraction};
 use trainer::net::{Net, Thinking};
@@ -138,16 +138,16 @@ struct TrainArgs {
     #[arg(long, default_value_t = 4, value_parser = count(1, MAX_FF_MULT))]
     ff_mult: usize,
     /// layer-norm | rms-norm
-    #[arg(long, default_value = "layer-norm", value_parser = parse_norm)]
+    #[arg(long, default_value = "layer-norm", value_parser = kebab::<NormKind>)]
     norm: NormKind,
     /// stable (eta = c diag(gamma)) | free (learned matrix)
-    #[arg(long, default_value = "stable", value_parser = parse_eta)]
+    #[arg(long, default_value = "stable", value_parser = kebab::<EtaKind>)]
     eta: EtaKind,
     /// gelu | relu
-    #[arg(long, default_value = "gelu", value_parser = parse_act)]
+    #[arg(long, default_value = "gelu", value_parser = kebab::<Activation>)]
     activation: Activation,
     /// NRGPT: free eta's init, identity (ours) | normal (N(0, 0.02), the reference's).
-    #[arg(long, value_parser = parse_eta_init)]
+    #[arg(long, value_parser = kebab::<EtaInit>)]
     eta_init: Option<EtaInit>,
     /// NRGPT: the attention's inverse temperature beta (default 1/sqrt(head_dim); the reference: 1).
     #[arg(long, value_parser = positive)]
@@ -156,11 +156,11 @@ struct TrainArgs {
     #[arg(long, value_parser = ["strict", "diagonal"])]
     attn_mask: Option<String>,
     /// NRGPT: the block norm learns a gain (ours) | is bare: gain fixed at 1, learnable bias (the reference's).
-    #[arg(long, value_parser = parse_block_norm)]
+    #[arg(long, value_parser = kebab::<BlockNorm>)]
     block_norm: Option<BlockNorm>,
     /// GPT baselines: sequential (ours: MLP after attention, GPT-2 init) | parallel (the
     /// reference's GPT_Rec_parallel block: both branches read x; plain N(0, 0.02) init).
-    #[arg(long, value_parser = parse_gpt_block)]
+    #[arg(long, value_parser = kebab::<GptBlock>)]
     gpt_block: Option<GptBlock>,
     /// reference: the reference's model choices together; NRGPT: beta 1, mask with the diagonal,
     /// free eta from N(0, 0.02), bare block norm, full-rank J (head_dim = d_model); gpt and gpt-rec:
@@ -304,37 +304,9 @@ struct SampleArgs {
     trace: Option<PathBuf>,
 }
 
-fn parse_norm(s: &str) -> Result<NormKind, String> {
-    match s {
-        "layer-norm" => Ok(NormKind::LayerNorm),
-        "rms-norm" => Ok(NormKind::RmsNorm),
-        _ => Err(format!("`{s}`: expected layer-norm or rms-norm")),
-    }
-}
 
-fn parse_eta(s: &str) -> Result<EtaKind, String> {
-    match s {
-        "stable" => Ok(EtaKind::Stable),
-        "free" => Ok(EtaKind::Free),
-        _ => Err(format!("`{s}`: expected stable or free")),
-    }
-}
 
-fn parse_block_norm(s: &str) -> Result<BlockNorm, String> {
-    match s {
-        "gain" => Ok(BlockNorm::Gain),
-        "bare" => Ok(BlockNorm::Bare),
-        _ => Err(format!("`{s}`: expected gain or bare")),
-    }
-}
 
-fn parse_eta_init(s: &str) -> Result<EtaInit, String> {
-    match s {
-        "identity" => Ok(EtaInit::Identity),
-        "normal" => Ok(EtaInit::Normal),
-        _ => Err(format!("`{s}`: expected identity or normal")),
-    }
-}
 
 /// The model options of `a`, with `--preset reference` filling every one
 /// its own flag did not set. Returns the config and the clap ids the preset
@@ -369,21 +341,7 @@ fn model_config(a: &TrainArgs, vocab_len: usize, given: &[String]) -> (ModelConf
     (cfg, by_preset)
 }
 
-fn parse_gpt_block(s: &str) -> Result<GptBlock, String> {
-    match s {
-        "sequential" => Ok(GptBlock::Sequential),
-        "parallel" => Ok(GptBlock::Parallel),
-        _ => Err(format!("`{s}`: expected sequential or parallel")),
-    }
-}
 
-fn parse_act(s: &str) -> Result<Activation, String> {
-    match s {
-        "gelu" => Ok(Activation::Gelu),
-        "relu" => Ok(Activation::Relu),
-        _ => Err(format!("`{s}`: expected gelu or relu")),
-    }
-}
 
 fn load_vocab(path: &PathBuf) -> Result<Vocab> {
     let json = std::fs::read_to_string(path).with_context(|| format!("reading the vocabulary {}", path.display()))?;

@@ -134,8 +134,12 @@ impl Learner {
             Body::Ebt(ix) => Some(ix.log_a),
             _ => None,
         };
-        if ebt_log_a.is_some() && (s.dropout > 0.0 || s.attn_dropout > 0.0) {
-            bail!("dropout is not implemented for EBT: train it with --dropout 0");
+        if ebt_log_a.is_some() {
+            for (flag, p) in [("--dropout", s.dropout), ("--attn-dropout", s.attn_dropout)] {
+                if p > 0.0 {
+                    bail!("{flag} {p}: dropout is not implemented for EBT; train it with {flag} 0");
+                }
+            }
         }
         let replay = ReplayBuffer::new(cfg.block_size * cfg.vocab_size, 2 * s.batch);
         let backend = match (backend, ebt_log_a) {

@@ -56,6 +56,18 @@ fn out_of_range_options_are_usage_errors() {
         let arg = format!("{flag}={v}");
         refused(&["train", &arg, "--out", "/nonexistent/never-created"], flag);
     }
+    // a config choice outside its names is refused with the names it takes
+    for (flag, names) in [
+        ("--norm", "`layer-norm` or `rms-norm`"),
+        ("--eta", "`stable` or `free`"),
+        ("--activation", "`gelu` or `relu`"),
+        ("--eta-init", "`identity` or `normal`"),
+        ("--block-norm", "`gain` or `bare`"),
+        ("--gpt-block", "`sequential` or `parallel`"),
+    ] {
+        refused(&["train", flag, "Stable", "--out", "/nonexistent/never-created"], flag);
+        refused(&["train", flag, "Stable", "--out", "/nonexistent/never-created"], names);
+    }
 }
 
 #[test]

@@ -108,6 +108,17 @@ fn resume_refuses_what_it_cannot_honour() {
 }
 
 #[test]
+fn ebt_refuses_either_dropout_by_its_flag() {
+    for flag in ["--dropout", "--attn-dropout"] {
+        let out = tmp(&format!("ebt{flag}"));
+        let o = train(&out, &[TINY, &["--model", "ebt", flag, "0.1", "--iters", "2"]].concat());
+        let err = stderr(&o);
+        assert!(!o.status.success() && err.contains(&format!("{flag} 0.1: dropout is not implemented for EBT")), "{err}");
+        assert!(!out.join("ckpt.safetensors").exists(), "nothing trained");
+    }
+}
+
+#[test]
 fn a_second_trainer_on_a_run_folder_is_refused_and_a_kill_frees_it() {
     let out = tmp("lock");
     let mut first = Command::new(env!("CARGO_BIN_EXE_trainer"))

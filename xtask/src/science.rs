@@ -157,6 +157,19 @@ struct Evals {
     /// checkpoints (this file is what git keeps of a run).
     #[serde(default)]
     points: Vec<(f64, f64, f64)>,
+    /// NRGPT: the share of val tokens whose energy never rises after the
+    /// first step (`trainer energy`): what the free step gives up.
+    #[serde(default)]
+    descent: Option<f64>,
+}
+
+/// Windows `trainer energy` reads for the descent column.
+const DESCENT_WINDOWS: &str = "32";
+
+impl Row {
+    fn is_nrgpt(&self) -> bool {
+        self.flags.windows(2).any(|w| w[0] == "--model" && w[1].starts_with("nrgpt"))
+    }
 }
 
 /// One run of the pool: a row at one learning rate.
@@ -195,8 +208,21 @@ fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, iters: usize, train
             return Ok(Run { dir, lr, evals: None });
         }
     }
+    let descent = || -> Result<Option<f64>> {
+        if !row.is_nrgpt() {
+            return Ok(None);
+        }
+        let mut cmd = Command::new(trainer);
+        cmd.arg("energy").arg("--ckpt").arg(&ckpt).args(["--skip", "1", "--windows", DESCENT_WINDOWS]);
+        Ok(Some(trainer_json(&mut cmd)?.f64("monotone_fraction")?))
+    };
     if fresh(&cache) {
-        if let Ok(e) = serde_json::from_str(&std::fs::read_to_string(&cache)?) {
+        if let Ok(mut e) = serde_json::from_str::<Evals>(&std::fs::read_to_string(&cache)?) {
+            // caches from before the descent column get it while their checkpoint is here
+            if e.descent.is_none() && row.is_nrgpt() && ckpt.is_file() {
+                e.descent = descent()?;
+                std::fs::write(&cache, serde_json::to_string_pretty(&e)?).with_context(|| format!("writing {}", cache.display()))?;
+            }
             return Ok(Run { dir, lr, evals: Some(e) });
         }
     }
@@ -216,6 +242,7 @@ fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, iters: usize, train
         train: eval(&ckpt, "train")?,
         tokens_per_s: mean_tokens_per_s(&dir.join("log.csv")),
         points: eval_points(&dir.join("log.csv")),
+        descent: descent()?,
     };
     std::fs::write(&cache, serde_json::to_string_pretty(&evals)?).with_context(|| format!("writing {}", cache.display()))?;
     Ok(Run { dir, lr, evals: Some(evals) })
@@ -267,15 +294,16 @@ fn row_line(md: &mut String, row: &Row, runs: &[Run], iters: usize, tokens_per_i
     let Some(best) = best_run(runs) else {
         // a large-size row has no run until its model's lr search at the small size is done
         let tried = if runs.is_empty() { "after the lr search at S".to_string() } else { lrs_tried(runs) };
-        let _ = writeln!(md, "| {} | {} | - | {} | pending | | | | | | | {tried} |", row.size, row.name, iters * tokens_per_iter);
+        let _ = writeln!(md, "| {} | {} | - | {} | pending | | | | | | | | {tried} |", row.size, row.name, iters * tokens_per_iter);
         return;
     };
     let e = best.evals.as_ref().expect("best_run keeps finished runs");
     let shape = curve_shape(&e.points);
     let delta = reference.map_or(String::new(), |r| format!(" ({:+.4})", e.best_val - r));
+    let descent = e.descent.map_or_else(|| if row.is_nrgpt() { "not measured".into() } else { "-".into() }, |f| format!("{f:.3}"));
     let _ = writeln!(
         md,
-        "| {} | {} | {} | {} | {:e} | {:.4}{delta} | {:.4} | {:.4} | {:+.4} | {:.0} | {shape} | {} |",
+        "| {} | {} | {} | {} | {:e} | {:.4}{delta} | {:.4} | {:.4} | {:+.4} | {descent} | {:.0} | {shape} | {} |",
         row.size,
         row.name,
         e.params,
@@ -290,7 +318,7 @@ fn row_line(md: &mut String, row: &Row, runs: &[Run], iters: usize, tokens_per_i
     );
 }
 
-const HEADER: &str = "| size | model | params | tokens | lr chosen | best val | final val | train | gap (final val - train) | tokens/s | val curve | lrs tried |\n|---|---|---|---|---|---|---|---|---|---|---|---|";
+const HEADER: &str = "| size | model | params | tokens | lr chosen | best val | final val | train | gap (final val - train) | energy falls | tokens/s | val curve | lrs tried |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|";
 
 fn tokens_per_iter(plan: &Plan) -> usize {
     let flag = |name: &str| plan.common.iter().position(|f| *f == name).and_then(|i| plan.common.get(i + 1)?.parse::<usize>().ok()).unwrap_or(0);
@@ -366,7 +394,9 @@ fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<R
          best val is best.safetensors, the weights at the lowest val estimate. Runs live in {}/ and are reused; \
          `cargo xtask bench --science --report` rewrites this section from them. \
          tokens/s is each run's own training speed, on whatever else the machine ran meanwhile: \
-         the throughput table above is the clean speed comparison.\n",
+         the throughput table above is the clean speed comparison. \
+         Energy falls (NRGPT): the share of val tokens ({DESCENT_WINDOWS} windows) whose energy E_A(t) never rises after the first step, from `trainer energy`; \
+         the stable step guarantees a fall only for a fixed context, and all tokens descend together, so even it can show rises.\n",
         machine(),
         today(),
         plan.iters,
@@ -447,6 +477,9 @@ fn check_smoke(md: &str, small: &[Vec<Run>]) -> Result<()> {
             for v in [e.val, e.best_val, e.train] {
                 anyhow::ensure!(v.is_finite() && v > 0.5 && v < 5.0, "science smoke: {} has an implausible loss {v}", r.dir.display());
             }
+            let nrgpt = r.dir.to_string_lossy().contains("nrgpt");
+            anyhow::ensure!(e.descent.is_some() == nrgpt, "science smoke: {} has descent {:?}", r.dir.display(), e.descent);
+            anyhow::ensure!(e.descent.is_none_or(|f| (0.0..=1.0).contains(&f)), "science smoke: {} has descent {:?}", r.dir.display(), e.descent);
         }
     }
     anyhow::ensure!(!md.contains("pending"), "science smoke: rows still pending:\n{md}");
@@ -475,7 +508,7 @@ mod tests {
         let run = |lr: f64, v: Option<f64>| Run {
             dir: PathBuf::new(),
             lr,
-            evals: v.map(|v| Evals { params: 1, val: v + 0.01, best_val: v, train: v - 0.1, tokens_per_s: 1.0, points: Vec::new() }),
+            evals: v.map(|v| Evals { params: 1, val: v + 0.01, best_val: v, train: v - 0.1, tokens_per_s: 1.0, points: Vec::new(), descent: None }),
         };
         let runs = [run(1e-3, Some(1.9)), run(3e-3, Some(1.8)), run(6e-3, None)];
         assert_eq!(best_run(&runs).map(|r| r.lr), Some(3e-3));

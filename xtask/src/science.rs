@@ -41,6 +41,9 @@ struct Plan {
     common: &'static [&'static str],
     /// Learning rates searched per model at the small size (scaling).
     scaling_lrs: &'static [f64],
+    /// How many times the search at the small size may step past the edge of
+    /// `scaling_lrs` (x2 above, /2 below) while the best lr sits on it.
+    lr_extensions: usize,
     /// Learning rates tried per ablation row.
     ablation_lrs: &'static [f64],
     small: Vec<Row>,
@@ -66,6 +69,7 @@ fn full_plan() -> Plan {
         iters: 4000,
         common: &["--block", "64", "--batch", "32", "--eval-every", "250", "--eval-iters", "20", "--warmup", "100", "--seed", "1337"],
         scaling_lrs: &[3e-3, 1e-3, 6e-3],
+        lr_extensions: 2,
         ablation_lrs: &[3e-3, 1e-3],
         small: vec![
             s("nrgpt-ff2w", FF2W_S),
@@ -115,6 +119,7 @@ fn smoke_plan() -> Plan {
         iters: 8,
         common: &["--block", "16", "--batch", "4", "--eval-every", "4", "--eval-iters", "2"],
         scaling_lrs: &[3e-3, 1e-2],
+        lr_extensions: 1,
         ablation_lrs: &[3e-3],
         small: vec![
             tiny("nrgpt-ff2w", "S", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2"]),
@@ -283,6 +288,25 @@ fn best_run(runs: &[Run]) -> Option<&Run> {
     })
 }
 
+/// Once every run has finished: the lr beyond the grid's edge when the best
+/// one sits on it (twice the largest, half the smallest), else None.
+fn next_lr(runs: &[Run]) -> Option<f64> {
+    if runs.iter().any(|r| r.evals.is_none()) {
+        return None;
+    }
+    let best = best_run(runs)?.lr;
+    let (lo, hi) = runs.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), r| (lo.min(r.lr), hi.max(r.lr)));
+    if runs.len() < 2 {
+        None
+    } else if best == hi {
+        Some(hi * 2.0)
+    } else if best == lo {
+        Some(lo / 2.0)
+    } else {
+        None
+    }
+}
+
 fn lrs_tried(runs: &[Run]) -> String {
     let done = runs.iter().filter(|r| r.evals.is_some()).count();
     let all: Vec<String> = runs.iter().map(|r| format!("{:e}{}", r.lr, if r.evals.is_some() { "" } else { " (pending)" })).collect();
@@ -346,6 +370,13 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
             small[i].push(train_run(&trainer, &plan, row, lr, plan.iters, train)?);
         }
     }
+    // a best lr on the edge of the grid is no optimum: step past it
+    for (i, row) in plan.small.iter().enumerate() {
+        for _ in 0..plan.lr_extensions {
+            let Some(lr) = next_lr(&small[i]) else { break };
+            small[i].push(train_run(&trainer, &plan, row, lr, plan.iters, train)?);
+        }
+    }
     let mut large = Vec::new();
     for (i, row) in plan.large.iter().enumerate() {
         let small_row = plan.small.iter().position(|s| s.name == row.name).unwrap_or(i);
@@ -389,7 +420,7 @@ fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<R
     let _ = writeln!(
         md,
         "Measured by `{cmd}` on {} ({}). Every run: {} iterations of {} ({} tokens), cosine lr to lr/10, weight decay 0.1, no dropout, the same data order and seed; \
-         lr searched over {:?} at size S per model, size M at the lr its model chose at S. \
+         lr searched over {:?} at size S per model (then x2 or /2 past the grid's edge, up to {} times, while the best lr sits on it), size M at the lr its model chose at S. \
          Val and train are whole-split evaluations (train: its first 111,540 characters, as many as val has); \
          best val is best.safetensors, the weights at the lowest val estimate. Runs live in {}/ and are reused; \
          `cargo xtask bench --science --report` rewrites this section from them. \
@@ -403,6 +434,7 @@ fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<R
         plan.common.join(" "),
         plan.iters * tpi,
         plan.scaling_lrs,
+        plan.lr_extensions,
         plan.base
     );
     let _ = writeln!(md, "**Equal budget**\n\n{HEADER}");
@@ -514,6 +546,21 @@ mod tests {
         assert_eq!(best_run(&runs).map(|r| r.lr), Some(3e-3));
         assert_eq!(lrs_tried(&runs), "2 of 3: 1e-3, 3e-3, 6e-3 (pending)");
         assert!(best_run(&[run(1e-3, None)]).is_none());
+    }
+
+    #[test]
+    fn the_lr_search_steps_past_an_edge_only_when_the_best_sits_on_it() {
+        let run = |lr: f64, v: Option<f64>| Run {
+            dir: PathBuf::new(),
+            lr,
+            evals: v.map(|v| Evals { params: 1, val: v, best_val: v, train: v, tokens_per_s: 1.0, points: Vec::new(), descent: None }),
+        };
+        assert_eq!(next_lr(&[run(3e-3, Some(1.8)), run(1e-3, Some(1.9)), run(6e-3, Some(1.7))]), Some(1.2e-2));
+        assert_eq!(next_lr(&[run(3e-3, Some(1.8)), run(1e-3, Some(1.7)), run(6e-3, Some(1.9))]), Some(5e-4));
+        assert_eq!(next_lr(&[run(3e-3, Some(1.7)), run(1e-3, Some(1.8)), run(6e-3, Some(1.9))]), None);
+        // not before the grid has finished, nor from a single run
+        assert_eq!(next_lr(&[run(3e-3, Some(1.8)), run(6e-3, None)]), None);
+        assert_eq!(next_lr(&[run(3e-3, Some(1.8))]), None);
     }
 
     #[test]

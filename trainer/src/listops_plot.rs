@@ -21,8 +21,10 @@ pub fn accuracy_svg(points: &[Point], trans: &[Transition], caption: &[String]) 
     let px = |p: f64| l + (p.log10() - lo) / (hi - lo) * (W - l - r);
     let py = |a: f64| t + (1.0 - a) * (H - t - b);
     let total_h = H + 16.0 * caption.len() as f64 + 8.0;
+    // wide enough for the longest caption line (about 6.2 px per character at 11 px)
+    let total_w = caption.iter().map(|c| 16.0 + 6.2 * c.chars().count() as f64).fold(W, f64::max).ceil();
     let mut s = String::new();
-    let _ = writeln!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{total_h}" font-family="sans-serif" font-size="11">"#);
+    let _ = writeln!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{total_h}" font-family="sans-serif" font-size="11">"#);
     let _ = writeln!(s, r##"<rect width="100%" height="100%" fill="white"/><text x="{l}" y="18" font-size="13" font-weight="bold">ListOps: held-out accuracy vs parameters</text>"##);
     let _ = writeln!(s, r##"<rect x="{l}" y="{t}" width="{}" height="{}" fill="none" stroke="#999"/>"##, W - l - r, H - t - b);
     for k in 0..=5 {

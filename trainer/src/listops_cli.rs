@@ -8,10 +8,10 @@ use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 use clap::Args;
 use nrgpt_core::listops::{answer_of, parse, Op, TreeSpec};
-use nrgpt_core::{Arch, Checkpoint};
+use nrgpt_core::{Arch, Checkpoint, GptBlock};
 use serde::Serialize;
 
-use crate::cli_values::{count, positive};
+use crate::cli_values::{count, kebab, positive};
 use crate::files::write_atomic;
 use crate::listops_data::DataSpec;
 use crate::listops_plot::accuracy_svg;
@@ -48,6 +48,9 @@ pub struct SweepArgs {
     /// NRGPT's options: reference (full-rank J, beta 1, free eta from N(0, 0.02), bare norm) | ours (the defaults of `trainer train`).
     #[arg(long, default_value = "reference", value_parser = ["reference", "ours"])]
     pub nrgpt: String,
+    /// The recurrent GPT's block: parallel (the reference's GPT_Rec_parallel) | sequential (ours: MLP after attention).
+    #[arg(long, default_value = "parallel", value_parser = kebab::<GptBlock>)]
+    pub gpt_block: GptBlock,
     /// Operations, comma-separated (MIN, MAX, MED, SUM_MOD; the reference's data: SUM_MOD,MAX,MED).
     #[arg(long, value_delimiter = ',', default_value = "SUM_MOD,MAX,MED", value_parser = parse_op)]
     pub ops: Vec<Op>,
@@ -84,6 +87,7 @@ impl SweepArgs {
             widths: self.widths.clone().unwrap_or_else(|| if self.quick { vec![8, 24] } else { vec![16, 32, 48, 64] }),
             steps: self.steps,
             reference_nrgpt: self.nrgpt == "reference",
+            gpt_block: self.gpt_block,
             block: self.block,
             batch: self.batch,
             iters: self.iters.unwrap_or(q(300, 3000)),

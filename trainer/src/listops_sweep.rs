@@ -40,6 +40,8 @@ pub struct SweepSpec {
     pub steps: usize,
     /// NRGPT with the reference's choices (else ours: stable eta, learned norm gain, beta 1/sqrt(d)).
     pub reference_nrgpt: bool,
+    /// The recurrent GPT's block (the reference's: parallel).
+    pub gpt_block: GptBlock,
     pub block: usize,
     pub batch: usize,
     pub iters: usize,
@@ -53,9 +55,9 @@ pub struct SweepSpec {
 /// The model a sweep trains: one head, T steps, the reference's LOPS00
 /// choices (NRGPT_H, if `reference_nrgpt`: one full-rank D x D matrix per
 /// head, beta 1, free eta from N(0, 0.02), the bare block norm;
-/// GPT_Rec_parallel: the parallel block with ReLU), with the strict causal mask its ListOps
-/// runs use.
-pub fn listops_config(arch: Arch, vocab: usize, d: usize, steps: usize, block: usize, reference_nrgpt: bool) -> ModelConfig {
+/// GPT_Rec_parallel: ReLU and, with `GptBlock::Parallel`, its block), with
+/// the strict causal mask its ListOps runs use.
+pub fn listops_config(arch: Arch, vocab: usize, d: usize, steps: usize, block: usize, reference_nrgpt: bool, gpt_block: GptBlock) -> ModelConfig {
     let mut c = ModelConfig::new(arch, vocab, d, 1, steps, block);
     if arch.is_nrgpt() && reference_nrgpt {
         c.head_dim = d;
@@ -65,7 +67,7 @@ pub fn listops_config(arch: Arch, vocab: usize, d: usize, steps: usize, block: u
         c.block_norm = BlockNorm::Bare;
     } else if !arch.is_nrgpt() {
         c.activation = Activation::Relu;
-        c.gpt_block = GptBlock::Parallel;
+        c.gpt_block = gpt_block;
     }
     c
 }
@@ -146,7 +148,7 @@ impl SweepSpec {
     /// killed one resumes from its last checkpoint; any other run in `dir`
     /// is refused rather than overwritten.
     pub fn train_one(&self, data: &ListOpsData, arch: Arch, d: usize, dir: &Path) -> Result<Point> {
-        let cfg = listops_config(arch, data.vocab.len(), d, self.steps, self.block, self.reference_nrgpt);
+        let cfg = listops_config(arch, data.vocab.len(), d, self.steps, self.block, self.reference_nrgpt, self.gpt_block);
         let settings = self.settings();
         let paths = RunPaths { dir: dir.to_path_buf() };
         if let Some(done) = read_finished(dir)? {

@@ -6,9 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use candle_core::{DType, Device};
 use nrgpt_core::model::num_params;
-use nrgpt_core::{Activation, Arch, BlockNorm, Checkpoint, EtaInit, EtaKind, GptBlock, ModelConfig};
+use nrgpt_core::{Activation, Arch, BlockNorm, EtaInit, EtaKind, GptBlock, ModelConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::fast::TrainBackend;
@@ -16,7 +15,7 @@ use crate::listops_data::{generate, majority_baseline, DataSpec, ListOpsData};
 use crate::files::write_atomic;
 use crate::listops_score::accuracy;
 use crate::resume::Requested;
-use crate::train::{run, RunPaths, Start, TrainSettings, TrainState};
+use crate::train::{run, RunPaths, Start, TrainSettings};
 
 /// Accuracy that counts as having learned the task (the paper's threshold).
 pub const LEARNED: f64 = 0.8;
@@ -157,17 +156,16 @@ impl SweepSpec {
             }
             bail!("{} holds a finished run with other settings than this sweep's; remove it or pick another --out", dir.display());
         }
-        let (start, seconds_before) = match stored_state(&paths)? {
+        let (start, seconds_before) = match paths.stored()? {
             None => (Start::Fresh(cfg.clone(), settings.clone()), 0.0),
-            Some((stored_cfg, state)) if same_run(&stored_cfg, &state.settings, &cfg, &settings)? => {
+            Some((stored, state)) if same_run(&stored.config, &state.settings, &cfg, &settings)? => {
                 (Start::Resume { iters: None, requested: Requested { cfg: cfg.clone(), settings: settings.clone(), given: Vec::new() } }, last_elapsed(&paths))
             }
             Some(_) => bail!("{} holds a run with other settings than this sweep's; remove it or pick another --out", dir.display()),
         };
         let t0 = Instant::now();
         let outcome = run(&data.corpus, &data.vocab, start, &paths, true, TrainBackend::Fast)?;
-        let bytes = std::fs::read(paths.ckpt()).with_context(|| format!("reading {}", paths.ckpt().display()))?;
-        let ck = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu)?;
+        let (ck, _) = paths.stored()?.with_context(|| format!("{} is missing after training", paths.ckpt().display()))?;
         let tests = &data.test[..self.scored.min(data.test.len())];
         let acc = accuracy(&ck.model()?, &ck.vocab, tests)?;
         let seconds = seconds_before + t0.elapsed().as_secs_f64();
@@ -185,20 +183,6 @@ fn read_finished(dir: &Path) -> Result<Option<Finished>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
-}
-
-/// The config and train state of the checkpoint in `paths`, if there is one.
-fn stored_state(paths: &RunPaths) -> Result<Option<(ModelConfig, TrainState)>> {
-    let path = paths.ckpt();
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
-    let ck = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))?;
-    let state = ck.meta.get("train_state").with_context(|| format!("{} has no train_state", path.display()))?;
-    let state: TrainState = serde_json::from_str(state).with_context(|| format!("parsing the train_state of {}", path.display()))?;
-    Ok(Some((ck.config, state)))
 }
 
 /// Same model and settings, compared as stored (JSON), the way `--resume` compares flags.

@@ -26,7 +26,7 @@ use nrgpt_core::session::{EbtThinkOpts, StepOpts};
 use trainer::resume::Requested;
 use trainer::think_plan::EbtRegularisers;
 use trainer::thinking_table::{markdown, scatter_svg, thinking_table, TableSpec};
-use trainer::train::{run, RunPaths, Start, TrainSettings, TrainState};
+use trainer::train::{run, RunPaths, Start, TrainSettings};
 use trainer::vocab_file::tokenizer_json;
 
 #[derive(Parser)]
@@ -406,9 +406,7 @@ fn train(a: TrainArgs, mut given: Vec<String>, json: bool) -> Result<()> {
     let out = run(&corpus, &vocab, start, &paths, a.quiet, a.backend)?;
     if json {
         // The checkpoint, not the flags, knows the iteration count and model of a resumed run.
-        let ck = load_ckpt(&paths.ckpt())?;
-        let state: TrainState = serde_json::from_str(ck.meta.get("train_state").with_context(|| format!("{} has no train_state", paths.ckpt().display()))?)
-            .with_context(|| format!("parsing the train_state of {}", paths.ckpt().display()))?;
+        let (ck, state) = paths.stored()?.with_context(|| format!("{} is missing after training", paths.ckpt().display()))?;
         return print_json(&TrainReport {
             iters: state.iter,
             tokens_per_s: out.tokens_per_s,

@@ -76,6 +76,20 @@ impl RunPaths {
     pub fn best(&self) -> PathBuf {
         self.dir.join("best.safetensors")
     }
+    /// The run's checkpoint and the train state saved in it (what `--resume`
+    /// continues from), or None while the run has no checkpoint.
+    pub fn stored(&self) -> Result<Option<(Checkpoint, TrainState)>> {
+        let path = self.ckpt();
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let ck = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))?;
+        let state = ck.meta.get("train_state").with_context(|| format!("{} has no train_state", path.display()))?;
+        let state: TrainState = serde_json::from_str(state).with_context(|| format!("parsing the train_state of {}", path.display()))?;
+        Ok(Some((ck, state)))
+    }
 }
 
 const CSV_HEADER: &str = "iter,lr,loss,grad_norm,train_loss,val_loss,tok_per_s,elapsed_s";
@@ -305,10 +319,7 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
     let (cfg, settings, weights, opt_state) = match start {
         Start::Resume { iters, requested } => {
             let path = paths.ckpt();
-            let bytes = std::fs::read(&path).with_context(|| format!("reading {} to resume", path.display()))?;
-            let ck = Checkpoint::from_bytes(&bytes, DType::F32, &dev).with_context(|| format!("loading {}", path.display()))?;
-            let state: TrainState = serde_json::from_str(ck.meta.get("train_state").context("checkpoint has no train_state")?)
-                .with_context(|| format!("parsing the train_state of {}", path.display()))?;
+            let (ck, state) = paths.stored()?.with_context(|| format!("no checkpoint {} to resume", path.display()))?;
             state.settings.validate().with_context(|| format!("resuming {}", path.display()))?;
             check_flags(&ck.config, &state.settings, &requested)?;
             check_vocab(&ck.vocab, vocab)?;

@@ -113,6 +113,14 @@ fn the_quick_sweep_writes_its_table_figure_and_results() {
     assert!(!other.status.success());
     let err = String::from_utf8_lossy(&other.stderr);
     assert!(err.contains("nrgpt-ff1-d8") && err.contains("other settings"), "{err}");
+    // a damaged result file is named, never taken for a finished model or retrained over
+    let point = out.join("gpt-rec-d8/point.json");
+    std::fs::write(&point, b"{\"config\": tru").unwrap();
+    let damaged = sweep(&out, &[]);
+    assert!(!damaged.status.success());
+    let err = String::from_utf8_lossy(&damaged.stderr);
+    assert!(err.contains("parsing") && err.contains("gpt-rec-d8/point.json"), "{err}");
+    assert_eq!(std::fs::read(&point).unwrap(), b"{\"config\": tru", "the damaged file is left for a person to look at");
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -205,6 +205,12 @@ fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, iters: usize, train
         }
         let lr_text = format!("{lr:e}");
         let flags: Vec<&str> = row.flags.iter().chain(plan.common).copied().chain(["--lr", lr_text.as_str()]).collect();
+        // a run another `bench --science` trains is left to it, so two of
+        // them (one per core) share the queue
+        if held_elsewhere(&dir) {
+            say(&format!("{} {} at lr {lr:e}: another process is training it; moving on", row.size, row.name));
+            return Ok(Run { dir, lr, evals: None });
+        }
         let (mut cmd, resume) = train_cmd(trainer, &dir, iters, &flags);
         say(&format!("{} {} at lr {lr:e}: {iters} iterations into {}{}", row.size, row.name, dir.display(), if resume { " (resuming)" } else { "" }));
         // a diverged run is a result (the lr is too high), not a reason to stop the study
@@ -251,6 +257,12 @@ fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, iters: usize, train
     };
     std::fs::write(&cache, serde_json::to_string_pretty(&evals)?).with_context(|| format!("writing {}", cache.display()))?;
     Ok(Run { dir, lr, evals: Some(evals) })
+}
+
+/// Whether another process holds the run's lock (the trainer's OS file lock) right now.
+fn held_elsewhere(dir: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(dir.join("lock")) else { return false };
+    matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
 }
 
 /// The training speed the log's last training row reports (a running mean over the run's last sitting).
@@ -423,6 +435,7 @@ fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<R
          lr searched over {:?} at size S per model (then x2 or /2 past the grid's edge, up to {} times, while the best lr sits on it), size M at the lr its model chose at S. \
          Val and train are whole-split evaluations (train: its first 111,540 characters, as many as val has); \
          best val is best.safetensors, the weights at the lowest val estimate. Runs live in {}/ and are reused; \
+         two `RAYON_NUM_THREADS=1 cargo xtask bench --science` at once (one per core) share the queue, each leaving the run the other trains; \
          `cargo xtask bench --science --report` rewrites this section from them. \
          tokens/s is each run's own training speed, on whatever else the machine ran meanwhile: \
          the throughput table above is the clean speed comparison. \
@@ -561,6 +574,20 @@ mod tests {
         // not before the grid has finished, nor from a single run
         assert_eq!(next_lr(&[run(3e-3, Some(1.8)), run(6e-3, None)]), None);
         assert_eq!(next_lr(&[run(3e-3, Some(1.8))]), None);
+    }
+
+    #[test]
+    fn a_run_whose_lock_is_held_is_left_to_its_holder() {
+        let dir = std::env::temp_dir().join(format!("science-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(!held_elsewhere(&dir), "no lock file yet");
+        let holder = std::fs::File::create(dir.join("lock")).unwrap();
+        assert!(!held_elsewhere(&dir), "a lock file that no process holds (its trainer was killed)");
+        holder.lock().unwrap();
+        assert!(held_elsewhere(&dir));
+        drop(holder);
+        assert!(!held_elsewhere(&dir), "the lock goes with its holder");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

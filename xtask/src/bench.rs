@@ -453,7 +453,7 @@ pub fn bench(smoke: bool) -> Result<()> {
         );
     }
     if let Some(e) = &default_eval {
-        let _ = writeln!(md, "\nShipped default (`trainer eval --ckpt {DEFAULT_MODEL}`): {e}. Goal: <= 1.55 from <= 1 MB.");
+        let _ = writeln!(md, "\nShipped default (`trainer eval --ckpt {DEFAULT_MODEL}`): {e}. Goal: <= 1.50 from <= 1 MB.");
     }
     let _ = writeln!(md, "\n**Trainer throughput** (tokens/s, batch 32 x 64, {} iterations after warm-up; PyTorch: `{TORCH_SCRIPT}`, same model and batch, same machine, same run; the ratio is against the faster of eager and torch.compile):\n", plan.throughput_iters);
     let _ = writeln!(md, "| model | ours | PyTorch eager | PyTorch torch.compile | ours / faster PyTorch |");

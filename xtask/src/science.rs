@@ -44,6 +44,9 @@ struct Plan {
     /// How many times the search at the small size may step past the edge of
     /// `scaling_lrs` (x2 above, /2 below) while the best lr sits on it.
     lr_extensions: usize,
+    /// The large size's lrs, as multiples of the lr its model chose at the
+    /// small size: a wider model often wants a lower one.
+    large_lr_factors: &'static [f64],
     /// Learning rates tried per ablation row.
     ablation_lrs: &'static [f64],
     small: Vec<Row>,
@@ -70,6 +73,9 @@ fn full_plan() -> Plan {
         common: &["--block", "64", "--batch", "32", "--eval-every", "250", "--eval-iters", "20", "--warmup", "100", "--seed", "1337"],
         scaling_lrs: &[3e-3, 1e-3, 6e-3],
         lr_extensions: 2,
+        // the lower first: the stable ff2w at d = 256 sat on a plateau (val 2.38
+        // at iteration 1,500) at the 6e-3 it chose at d = 128
+        large_lr_factors: &[0.5, 1.0],
         ablation_lrs: &[3e-3, 1e-3],
         small: vec![
             s("nrgpt-ff2w", FF2W_S),
@@ -120,6 +126,7 @@ fn smoke_plan() -> Plan {
         common: &["--block", "16", "--batch", "4", "--eval-every", "4", "--eval-iters", "2"],
         scaling_lrs: &[3e-3, 1e-2],
         lr_extensions: 1,
+        large_lr_factors: &[0.5, 1.0],
         ablation_lrs: &[3e-3],
         small: vec![
             tiny("nrgpt-ff2w", "S", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2"]),
@@ -394,7 +401,9 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
         let small_row = plan.small.iter().position(|s| s.name == row.name).unwrap_or(i);
         let lr = best_run(&small[small_row]).map(|r| r.lr);
         let runs = match lr {
-            Some(lr) if small[small_row].iter().all(|r| r.evals.is_some()) => vec![train_run(&trainer, &plan, row, lr, plan.iters, train)?],
+            Some(lr) if small[small_row].iter().all(|r| r.evals.is_some()) => {
+                plan.large_lr_factors.iter().map(|f| train_run(&trainer, &plan, row, lr * f, plan.iters, train)).collect::<Result<Vec<_>>>()?
+            }
             // the search at the small size must finish first
             _ => Vec::new(),
         };
@@ -416,7 +425,7 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
     let md = report(&plan, &small, &large, &ablation, &paper, smoke);
     println!("{md}");
     if smoke {
-        return check_smoke(&md, &small);
+        return check_smoke(&md, &small, &large, plan.large_lr_factors.len());
     }
     write_figures(&plan, &small, &large)?;
     replace_bench_section("science", &md)?;
@@ -432,7 +441,7 @@ fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<R
     let _ = writeln!(
         md,
         "Measured by `{cmd}` on {} ({}). Every run: {} iterations of {} ({} tokens), cosine lr to lr/10, weight decay 0.1, no dropout, the same data order and seed; \
-         lr searched over {:?} at size S per model (then x2 or /2 past the grid's edge, up to {} times, while the best lr sits on it), size M at the lr its model chose at S. \
+         lr searched over {:?} at size S per model (then x2 or /2 past the grid's edge, up to {} times, while the best lr sits on it), size M at the lr its model chose at S times {:?}. \
          Val and train are whole-split evaluations (train: its first 111,540 characters, as many as val has); \
          best val is best.safetensors, the weights at the lowest val estimate. Runs live in {}/ and are reused; \
          two `RAYON_NUM_THREADS=1 cargo xtask bench --science` at once (one per core) share the queue, each leaving the run the other trains; \
@@ -448,6 +457,7 @@ fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<R
         plan.iters * tpi,
         plan.scaling_lrs,
         plan.lr_extensions,
+        plan.large_lr_factors,
         plan.base
     );
     let _ = writeln!(md, "**Equal budget**\n\n{HEADER}");
@@ -515,7 +525,8 @@ fn write_svg(path: &str, panels: &[Panel], caption: &[String]) -> Result<()> {
 }
 
 /// The smoke run must train, evaluate, choose an lr and report every row.
-fn check_smoke(md: &str, small: &[Vec<Run>]) -> Result<()> {
+fn check_smoke(md: &str, small: &[Vec<Run>], large: &[Vec<Run>], large_lrs: usize) -> Result<()> {
+    anyhow::ensure!(large.iter().all(|runs| runs.len() == large_lrs), "science smoke: a size-M row did not try its {large_lrs} lrs:\n{md}");
     for runs in small {
         for r in runs {
             let e = r.evals.as_ref().with_context(|| format!("science smoke: {} did not finish", r.dir.display()))?;

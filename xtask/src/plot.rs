@@ -68,9 +68,14 @@ fn panel(s: &mut String, p: &Panel, x0: f64) {
         let y = ymin + (ymax - ymin) * k as f64 / 4.0;
         let _ = writeln!(s, r##"<text x="{}" y="{}" text-anchor="end" fill="#555">{y:.2}</text>"##, x0 + l - 4.0, py(y) + 4.0);
         let x = xmax * k as f64 / 4.0;
-        let _ = writeln!(s, r##"<text x="{}" y="{}" text-anchor="middle" fill="#555">{x:.0}</text>"##, px(x), H - b + 14.0);
+        // the last tick ends at the frame's edge, so a long number stays inside the figure
+        let anchor = if k == 4 { "end" } else { "middle" };
+        let _ = writeln!(s, r##"<text x="{}" y="{}" text-anchor="{anchor}" fill="#555">{x:.0}</text>"##, px(x), H - b + 14.0);
     }
     let _ = writeln!(s, r##"<text x="{}" y="{}" text-anchor="middle" fill="#555">{}</text>"##, x0 + W / 2.0, H - 6.0, esc(&p.x_label));
+    // wide enough for the longest label (about 6 px a character at this size), never wider than the frame
+    let longest = p.series.iter().map(|se| se.label.chars().count()).max().unwrap_or(0) as f64;
+    let legend_x = x0 + W - r - (26.0 + 6.0 * longest).clamp(190.0, W - l - r - 8.0);
     let mut legend_rows = 0.0;
     for se in &p.series {
         let path: Vec<String> = se.points.iter().map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y))).collect();
@@ -87,7 +92,7 @@ fn panel(s: &mut String, p: &Panel, x0: f64) {
         }
         let ly = t + 14.0 + 14.0 * legend_rows;
         legend_rows += 1.0;
-        let _ = writeln!(s, r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="2"{dash}/>"#, x0 + W - r - 190.0, ly - 4.0, x0 + W - r - 172.0, ly - 4.0, se.colour);
-        let _ = writeln!(s, r#"<text x="{}" y="{ly}">{}</text>"#, x0 + W - r - 168.0, esc(&se.label));
+        let _ = writeln!(s, r#"<line x1="{legend_x}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="2"{dash}/>"#, ly - 4.0, legend_x + 18.0, ly - 4.0, se.colour);
+        let _ = writeln!(s, r#"<text x="{}" y="{ly}">{}</text>"#, legend_x + 22.0, esc(&se.label));
     }
 }

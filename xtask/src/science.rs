@@ -381,8 +381,10 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
     let train = !report_only;
 
     // Small size first, every model at the first lr, so a short sitting
-    // already compares all families; then the other lrs; then the large size
-    // at each model's chosen lr; then the ablation rows.
+    // already compares all families; then the other lrs; then the ablation
+    // rows (an hour on two cores, and they say which of the reference's
+    // choices the retrained default should take); then the large size at each
+    // model's chosen lr (an hour per run per core).
     let mut small: Vec<Vec<Run>> = plan.small.iter().map(|_| Vec::new()).collect();
     for &lr in plan.scaling_lrs {
         for (i, row) in plan.small.iter().enumerate() {
@@ -396,6 +398,14 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
             small[i].push(train_run(&trainer, &plan, row, lr, plan.iters, train)?);
         }
     }
+    let mut ablation = Vec::new();
+    for row in &plan.ablation {
+        let mut runs = Vec::new();
+        for &lr in plan.ablation_lrs {
+            runs.push(train_run(&trainer, &plan, row, lr, plan.iters, train)?);
+        }
+        ablation.push(runs);
+    }
     let mut large = Vec::new();
     for (i, row) in plan.large.iter().enumerate() {
         let small_row = plan.small.iter().position(|s| s.name == row.name).unwrap_or(i);
@@ -408,14 +418,6 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
             _ => Vec::new(),
         };
         large.push(runs);
-    }
-    let mut ablation = Vec::new();
-    for row in &plan.ablation {
-        let mut runs = Vec::new();
-        for &lr in plan.ablation_lrs {
-            runs.push(train_run(&trainer, &plan, row, lr, plan.iters, train)?);
-        }
-        ablation.push(runs);
     }
     let mut paper = Vec::new();
     for row in &plan.paper {

@@ -5,12 +5,10 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use candle_core::{DType, Device};
 use nrgpt_core::model::num_params;
 use nrgpt_core::format::Scheme;
-use nrgpt_core::Checkpoint;
 
-use crate::files::write_atomic;
+use crate::files::{read_checkpoint, write_atomic};
 
 /// What an export wrote.
 pub struct Exported {
@@ -29,8 +27,7 @@ impl Exported {
 /// Reads the checkpoint at `input` (f32 or already quantized) and writes its
 /// model at `scheme` to `out`, atomically.
 pub fn export(input: &Path, out: &Path, scheme: Scheme) -> Result<Exported> {
-    let bytes = std::fs::read(input).with_context(|| format!("reading {}", input.display()))?;
-    let ck = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", input.display()))?;
+    let ck = read_checkpoint(input)?;
     let packed = ck.to_quant_bytes(scheme).with_context(|| format!("packing {} as {scheme}", input.display()))?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -1,12 +1,22 @@
-//! Files a run writes: atomic replacement that cannot be redirected by a
-//! planted symlink and leaves nothing behind on failure, and the lock that
-//! keeps a second trainer out of a run folder.
+//! Files a run reads and writes: the one reader of a checkpoint file, atomic
+//! replacement that cannot be redirected by a planted symlink and leaves
+//! nothing behind on failure, and the lock that keeps a second trainer out of
+//! a run folder.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device};
+use nrgpt_core::Checkpoint;
+
+/// Reads a checkpoint file (f32 or quantized) as f32 on the CPU; the error
+/// names the file and whether reading or checking it failed.
+pub fn read_checkpoint(path: &Path) -> Result<Checkpoint> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))
+}
 
 /// Where [`write_atomic`] stages `path`: `NAME.tmp` beside it.
 pub fn tmp_path(path: &Path) -> PathBuf {

@@ -5,14 +5,13 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use candle_core::{DType, Device};
 use clap::Args;
 use nrgpt_core::listops::{answer_of, parse, Op, TreeSpec};
-use nrgpt_core::{Arch, Checkpoint, GptBlock};
+use nrgpt_core::{Arch, GptBlock};
 use serde::Serialize;
 
 use crate::cli_values::{count, kebab, positive};
-use crate::files::write_atomic;
+use crate::files::{read_checkpoint, write_atomic};
 use crate::listops_data::DataSpec;
 use crate::listops_plot::accuracy_svg;
 use crate::listops_score::continue_greedily;
@@ -146,8 +145,7 @@ struct AnswerReport {
 /// Answers one expression with a checkpoint, greedily.
 pub fn answer(a: &AnswerArgs, json: bool) -> Result<()> {
     let expr = parse(&a.expr).with_context(|| format!("the expression {:?}", a.expr))?;
-    let bytes = std::fs::read(&a.ckpt).with_context(|| format!("reading {}", a.ckpt.display()))?;
-    let ck = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", a.ckpt.display()))?;
+    let ck = read_checkpoint(&a.ckpt)?;
     let cont = continue_greedily(&ck.model()?, &ck.vocab, &[expr.prompt()])?.remove(0);
     let r = AnswerReport { expression: expr.text(), answer: answer_of(&cont), truth: expr.value(), continuation: cont };
     if json {

@@ -5,13 +5,12 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use candle_core::{DType, Device};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use nrgpt_core::format::Scheme;
 use nrgpt_core::model::num_params;
 use nrgpt_core::sample::{generate, SampleOpts};
-use nrgpt_core::{Activation, Arch, BlockNorm, Checkpoint, EtaInit, EtaKind, GptBlock, ModelConfig, NormKind, Vocab};
+use nrgpt_core::{Activation, Arch, BlockNorm, EtaInit, EtaKind, GptBlock, ModelConfig, NormKind, Vocab};
 use serde::Serialize;
 use nrgpt_core::bounds::{MAX_BLOCK, MAX_D_MODEL, MAX_FF_MULT, MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS, MAX_STEPS};
 use trainer::cli_values::{count, dropout, kebab, non_negative, non_negative_f32, positive, temperature, top_p, MAX_SAMPLE_LEN};
@@ -19,6 +18,7 @@ use trainer::data::Corpus;
 use trainer::eval::{full_loss, monotone_fraction};
 use trainer::net::{Net, Thinking};
 use trainer::export::export;
+use trainer::files::read_checkpoint;
 use trainer::fast::TrainBackend;
 use nrgpt_core::ebt::Verify;
 use nrgpt_core::ebt_session::{generate_ebt, EbtSession};
@@ -348,11 +348,6 @@ fn load_vocab(path: &PathBuf) -> Result<Vocab> {
     Vocab::from_tokenizer_json(&json).with_context(|| format!("parsing {}", path.display()))
 }
 
-fn load_ckpt(path: &PathBuf) -> Result<Checkpoint> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))
-}
-
 /// What `train --json` prints: the run as its final checkpoint records it,
 /// and the speed and time of this invocation.
 #[derive(Serialize)]
@@ -481,7 +476,7 @@ struct VocabReport {
 }
 
 fn eval(a: EvalArgs, json: bool) -> Result<()> {
-    let ck = load_ckpt(&a.on.ckpt)?;
+    let ck = read_checkpoint(&a.on.ckpt)?;
     let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
     let net = Net::new(&ck.config, &ck.weights)?;
     let split = if a.split == "train" { &corpus.train } else { &corpus.val };
@@ -502,7 +497,7 @@ fn eval(a: EvalArgs, json: bool) -> Result<()> {
 }
 
 fn think(a: ThinkArgs, json: bool) -> Result<()> {
-    let ck = load_ckpt(&a.ckpt)?;
+    let ck = read_checkpoint(&a.ckpt)?;
     if ck.config.arch != Arch::Ebt {
         anyhow::bail!("{} is a {}, not an EBT: only an EBT thinks", a.ckpt.display(), ck.config.arch.name());
     }
@@ -537,7 +532,7 @@ fn think(a: ThinkArgs, json: bool) -> Result<()> {
 }
 
 fn energy(a: EnergyArgs, json: bool) -> Result<()> {
-    let ck = load_ckpt(&a.on.ckpt)?;
+    let ck = read_checkpoint(&a.on.ckpt)?;
     let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
     let model = ck.model()?;
     let m = monotone_fraction(&model, &corpus.val, a.windows, a.on.steps, a.skip)?;
@@ -577,7 +572,7 @@ fn main() -> Result<()> {
         Cmd::Energy(a) => energy(a, json),
         Cmd::Think(a) => think(a, json),
         Cmd::Sample(a) => {
-            let ck = load_ckpt(&a.ckpt)?;
+            let ck = read_checkpoint(&a.ckpt)?;
             let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
             let ebt = EbtThinkOpts { samples: a.samples, verify: a.verify, accept_lower: a.accept_lower, seed: a.seed };
             let step = StepOpts { steps: a.steps, early_exit: a.early_exit, ebt };

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::{random_batch, random_batch_ids, Corpus};
 use crate::divergence::LossWatch;
-use crate::files::{write_atomic, RunLock};
+use crate::files::{read_checkpoint, write_atomic, RunLock};
 use crate::resume::{check_flags, check_vocab, resumed_iters, Requested};
 use crate::eval::estimate_loss;
 use crate::fast::adamw::FastAdamW;
@@ -80,12 +80,10 @@ impl RunPaths {
     /// continues from), or None while the run has no checkpoint.
     pub fn stored(&self) -> Result<Option<(Checkpoint, TrainState)>> {
         let path = self.ckpt();
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-        };
-        let ck = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))?;
+        if !path.exists() {
+            return Ok(None);
+        }
+        let ck = read_checkpoint(&path)?;
         let state = ck.meta.get("train_state").with_context(|| format!("{} has no train_state", path.display()))?;
         let state: TrainState = serde_json::from_str(state).with_context(|| format!("parsing the train_state of {}", path.display()))?;
         Ok(Some((ck, state)))

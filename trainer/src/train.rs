@@ -80,7 +80,8 @@ impl RunPaths {
     /// continues from), or None while the run has no checkpoint.
     pub fn stored(&self) -> Result<Option<(Checkpoint, TrainState)>> {
         let path = self.ckpt();
-        if !path.exists() {
+        // try_exists, not exists: a folder we may not read is an error, not "no checkpoint"
+        if !path.try_exists().with_context(|| format!("reading {}", path.display()))? {
             return Ok(None);
         }
         let ck = read_checkpoint(&path)?;

@@ -382,7 +382,7 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
 
     // Small size first, every model at the first lr, so a short sitting
     // already compares all families; then the other lrs; then the ablation
-    // rows (an hour on two cores, and they say which of the reference's
+    // rows (about two hours on two cores, and they say which of the reference's
     // choices the retrained default should take); then the large size at each
     // model's chosen lr (an hour per run per core).
     let mut small: Vec<Vec<Run>> = plan.small.iter().map(|_| Vec::new()).collect();

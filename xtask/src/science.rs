@@ -4,7 +4,8 @@
 //! - **scaling**: every model family (with both recurrent baselines: ours,
 //!   and the reference's `GPT_Rec_parallel`) at two sizes, the same iterations,
 //!   batch, data order and seed, with the same learning-rate search per model
-//!   at the small size; the large size reuses the lr each model chose there.
+//!   at the small size; the large size starts from the lr each model chose
+//!   there and steps past its grid's edge as well (last in the queue).
 //! - **ablation**: NRGPT-FF2W at the small size with each of the reference's
 //!   choices switched on alone, and all of them (`--preset reference`).
 //! - **the paper's terms**: the small size trained twice as long with
@@ -47,6 +48,9 @@ struct Plan {
     /// The large size's lrs, as multiples of the lr its model chose at the
     /// small size: a wider model often wants a lower one.
     large_lr_factors: &'static [f64],
+    /// The same stepping past the edge at the large size (an hour per run
+    /// per core, so fewer): after the paper's rows in the queue.
+    large_lr_extensions: usize,
     /// Learning rates tried per ablation row.
     ablation_lrs: &'static [f64],
     small: Vec<Row>,
@@ -76,6 +80,8 @@ fn full_plan() -> Plan {
         // the lower first: the stable ff2w at d = 256 sat on a plateau (val 2.38
         // at iteration 1,500) at the 6e-3 it chose at d = 128
         large_lr_factors: &[0.5, 1.0],
+        // at M the stable and free ff2w both chose the lower of their two lrs
+        large_lr_extensions: 1,
         ablation_lrs: &[3e-3, 1e-3],
         small: vec![
             s("nrgpt-ff2w", FF2W_S),
@@ -127,6 +133,7 @@ fn smoke_plan() -> Plan {
         scaling_lrs: &[3e-3, 1e-2],
         lr_extensions: 1,
         large_lr_factors: &[0.5, 1.0],
+        large_lr_extensions: 1,
         ablation_lrs: &[3e-3],
         small: vec![
             tiny("nrgpt-ff2w", "S", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2"]),
@@ -326,6 +333,15 @@ fn next_lr(runs: &[Run]) -> Option<f64> {
     }
 }
 
+/// A best lr on the edge of the grid is no optimum: step past it, at most `times` times.
+fn step_past_edge(runs: &mut Vec<Run>, times: usize, mut train: impl FnMut(f64) -> Result<Run>) -> Result<()> {
+    for _ in 0..times {
+        let Some(lr) = next_lr(runs) else { break };
+        runs.push(train(lr)?);
+    }
+    Ok(())
+}
+
 fn lrs_tried(runs: &[Run]) -> String {
     let done = runs.iter().filter(|r| r.evals.is_some()).count();
     let all: Vec<String> = runs.iter().map(|r| format!("{:e}{}", r.lr, if r.evals.is_some() { "" } else { " (pending)" })).collect();
@@ -384,19 +400,16 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
     // already compares all families; then the other lrs; then the ablation
     // rows (about two hours on two cores, and they say which of the reference's
     // choices the retrained default should take); then the large size at each
-    // model's chosen lr (an hour per run per core).
+    // model's chosen lr (an hour per run per core); then the paper's terms;
+    // last, the large size's steps past the edge of its lr grid.
     let mut small: Vec<Vec<Run>> = plan.small.iter().map(|_| Vec::new()).collect();
     for &lr in plan.scaling_lrs {
         for (i, row) in plan.small.iter().enumerate() {
             small[i].push(train_run(&trainer, &plan, row, lr, plan.iters, train)?);
         }
     }
-    // a best lr on the edge of the grid is no optimum: step past it
-    for (i, row) in plan.small.iter().enumerate() {
-        for _ in 0..plan.lr_extensions {
-            let Some(lr) = next_lr(&small[i]) else { break };
-            small[i].push(train_run(&trainer, &plan, row, lr, plan.iters, train)?);
-        }
+    for (row, runs) in plan.small.iter().zip(&mut small) {
+        step_past_edge(runs, plan.lr_extensions, |lr| train_run(&trainer, &plan, row, lr, plan.iters, train))?;
     }
     let mut ablation = Vec::new();
     for row in &plan.ablation {
@@ -423,11 +436,14 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
     for row in &plan.paper {
         paper.push(vec![train_run(&trainer, &plan, row, plan.paper_lr, plan.paper_iters, train)?]);
     }
+    for (row, runs) in plan.large.iter().zip(&mut large) {
+        step_past_edge(runs, plan.large_lr_extensions, |lr| train_run(&trainer, &plan, row, lr, plan.iters, train))?;
+    }
 
     let md = report(&plan, &small, &large, &ablation, &paper, smoke);
     println!("{md}");
     if smoke {
-        return check_smoke(&md, &small, &large, plan.large_lr_factors.len());
+        return check_smoke(&md, &small, &large, plan.large_lr_factors.len() + plan.large_lr_extensions);
     }
     write_figures(&plan, &small, &large)?;
     replace_bench_section("science", &md)?;
@@ -443,7 +459,7 @@ fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<R
     let _ = writeln!(
         md,
         "Measured by `{cmd}` on {} ({}). Every run: {} iterations of {} ({} tokens), cosine lr to lr/10, weight decay 0.1, no dropout, the same data order and seed; \
-         lr searched over {:?} at size S per model (then x2 or /2 past the grid's edge, up to {} times, while the best lr sits on it), size M at the lr its model chose at S times {:?}. \
+         lr searched over {:?} at size S per model (then x2 or /2 past the grid's edge, up to {} times, while the best lr sits on it), size M at the lr its model chose at S times {:?} (then past the edge as at S, up to {} times). \
          Val and train are whole-split evaluations (train: its first 111,540 characters, as many as val has); \
          best val is best.safetensors, the weights at the lowest val estimate. Runs live in {}/ and are reused; \
          two `RAYON_NUM_THREADS=1 cargo xtask bench --science` at once (one per core) share the queue, each leaving the run the other trains; \
@@ -460,6 +476,7 @@ fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<R
         plan.scaling_lrs,
         plan.lr_extensions,
         plan.large_lr_factors,
+        plan.large_lr_extensions,
         plan.base
     );
     let _ = writeln!(md, "**Equal budget**\n\n{HEADER}");
@@ -527,8 +544,13 @@ fn write_svg(path: &str, panels: &[Panel], caption: &[String]) -> Result<()> {
 }
 
 /// The smoke run must train, evaluate, choose an lr and report every row.
-fn check_smoke(md: &str, small: &[Vec<Run>], large: &[Vec<Run>], large_lrs: usize) -> Result<()> {
-    anyhow::ensure!(large.iter().all(|runs| runs.len() == large_lrs), "science smoke: a size-M row did not try its {large_lrs} lrs:\n{md}");
+/// `max_large_lrs`: the grid and every step past its edge.
+fn check_smoke(md: &str, small: &[Vec<Run>], large: &[Vec<Run>], max_large_lrs: usize) -> Result<()> {
+    // a size-M row stops only when its best lr is inside the grid or the steps are used up
+    anyhow::ensure!(
+        large.iter().all(|runs| runs.len() == max_large_lrs || (runs.len() < max_large_lrs && next_lr(runs).is_none())),
+        "science smoke: a size-M row stopped its lr search early (at most {max_large_lrs} lrs):\n{md}"
+    );
     for runs in small {
         for r in runs {
             let e = r.evals.as_ref().with_context(|| format!("science smoke: {} did not finish", r.dir.display()))?;
@@ -587,6 +609,24 @@ mod tests {
         // not before the grid has finished, nor from a single run
         assert_eq!(next_lr(&[run(3e-3, Some(1.8)), run(6e-3, None)]), None);
         assert_eq!(next_lr(&[run(3e-3, Some(1.8))]), None);
+    }
+
+    #[test]
+    fn stepping_past_the_edge_stops_inside_the_grid_or_when_the_steps_are_used() {
+        // val falls towards lr 2.5e-4 and rises below it
+        let train = |lr: f64| -> Result<Run> {
+            let v = 1.6 + (lr.log2() - 2.5e-4f64.log2()).abs() * 0.01;
+            Ok(Run { dir: PathBuf::new(), lr, evals: Some(Evals { params: 1, val: v, best_val: v, train: v, tokens_per_s: 1.0, points: Vec::new(), descent: None }) })
+        };
+        let grid = || vec![train(1e-3).unwrap(), train(2e-3).unwrap()];
+        let mut runs = grid();
+        step_past_edge(&mut runs, 1, train).unwrap();
+        assert_eq!(runs.iter().map(|r| r.lr).collect::<Vec<_>>(), [1e-3, 2e-3, 5e-4], "one step allowed");
+        let mut runs = grid();
+        step_past_edge(&mut runs, 5, train).unwrap();
+        // 2.5e-4 wins once 1.25e-4 has shown the turn
+        assert_eq!(runs.iter().map(|r| r.lr).collect::<Vec<_>>(), [1e-3, 2e-3, 5e-4, 2.5e-4, 1.25e-4]);
+        assert_eq!(best_run(&runs).map(|r| r.lr), Some(2.5e-4));
     }
 
     #[test]

@@ -443,7 +443,7 @@ pub fn science(smoke: bool, report_only: bool) -> Result<()> {
     let md = report(&plan, &small, &large, &ablation, &paper, smoke);
     println!("{md}");
     if smoke {
-        return check_smoke(&md, &small, &large, plan.large_lr_factors.len() + plan.large_lr_extensions);
+        return check_smoke(&md, &small, &large, plan.large_lr_factors.len(), plan.large_lr_extensions);
     }
     write_figures(&plan, &small, &large)?;
     replace_bench_section("science", &md)?;
@@ -544,12 +544,13 @@ fn write_svg(path: &str, panels: &[Panel], caption: &[String]) -> Result<()> {
 }
 
 /// The smoke run must train, evaluate, choose an lr and report every row.
-/// `max_large_lrs`: the grid and every step past its edge.
-fn check_smoke(md: &str, small: &[Vec<Run>], large: &[Vec<Run>], max_large_lrs: usize) -> Result<()> {
-    // a size-M row stops only when its best lr is inside the grid or the steps are used up
+fn check_smoke(md: &str, small: &[Vec<Run>], large: &[Vec<Run>], large_grid: usize, large_steps: usize) -> Result<()> {
+    // every size-M row tries its whole grid, then stops stepping past its edge
+    // only when its best lr is inside or the steps are used up
+    let max = large_grid + large_steps;
     anyhow::ensure!(
-        large.iter().all(|runs| runs.len() == max_large_lrs || (runs.len() < max_large_lrs && next_lr(runs).is_none())),
-        "science smoke: a size-M row stopped its lr search early (at most {max_large_lrs} lrs):\n{md}"
+        large.iter().all(|runs| runs.len() >= large_grid && (runs.len() == max || (runs.len() < max && next_lr(runs).is_none()))),
+        "science smoke: a size-M row did not try its {large_grid} lrs, or stopped stepping past the edge early (at most {max} lrs):\n{md}"
     );
     for runs in small {
         for r in runs {

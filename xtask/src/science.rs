@@ -584,13 +584,13 @@ mod tests {
         assert_eq!(curve_shape(&curve(&[3.0, 2.8, 2.6])), "too few evaluations to tell");
     }
 
+    /// A run at `lr` with best val `v`, or not finished (None).
+    fn run(lr: f64, v: Option<f64>) -> Run {
+        Run { dir: PathBuf::new(), lr, evals: v.map(|v| Evals { params: 1, val: v + 0.01, best_val: v, train: v - 0.1, tokens_per_s: 1.0, points: Vec::new(), descent: None }) }
+    }
+
     #[test]
     fn the_chosen_lr_is_the_finished_run_with_the_lowest_best_val() {
-        let run = |lr: f64, v: Option<f64>| Run {
-            dir: PathBuf::new(),
-            lr,
-            evals: v.map(|v| Evals { params: 1, val: v + 0.01, best_val: v, train: v - 0.1, tokens_per_s: 1.0, points: Vec::new(), descent: None }),
-        };
         let runs = [run(1e-3, Some(1.9)), run(3e-3, Some(1.8)), run(6e-3, None)];
         assert_eq!(best_run(&runs).map(|r| r.lr), Some(3e-3));
         assert_eq!(lrs_tried(&runs), "2 of 3: 1e-3, 3e-3, 6e-3 (pending)");
@@ -599,11 +599,6 @@ mod tests {
 
     #[test]
     fn the_lr_search_steps_past_an_edge_only_when_the_best_sits_on_it() {
-        let run = |lr: f64, v: Option<f64>| Run {
-            dir: PathBuf::new(),
-            lr,
-            evals: v.map(|v| Evals { params: 1, val: v, best_val: v, train: v, tokens_per_s: 1.0, points: Vec::new(), descent: None }),
-        };
         assert_eq!(next_lr(&[run(3e-3, Some(1.8)), run(1e-3, Some(1.9)), run(6e-3, Some(1.7))]), Some(1.2e-2));
         assert_eq!(next_lr(&[run(3e-3, Some(1.8)), run(1e-3, Some(1.7)), run(6e-3, Some(1.9))]), Some(5e-4));
         assert_eq!(next_lr(&[run(3e-3, Some(1.7)), run(1e-3, Some(1.8)), run(6e-3, Some(1.9))]), None);
@@ -615,10 +610,7 @@ mod tests {
     #[test]
     fn stepping_past_the_edge_stops_inside_the_grid_or_when_the_steps_are_used() {
         // val falls towards lr 2.5e-4 and rises below it
-        let train = |lr: f64| -> Result<Run> {
-            let v = 1.6 + (lr.log2() - 2.5e-4f64.log2()).abs() * 0.01;
-            Ok(Run { dir: PathBuf::new(), lr, evals: Some(Evals { params: 1, val: v, best_val: v, train: v, tokens_per_s: 1.0, points: Vec::new(), descent: None }) })
-        };
+        let train = |lr: f64| -> Result<Run> { Ok(run(lr, Some(1.6 + (lr.log2() - 2.5e-4f64.log2()).abs() * 0.01))) };
         let grid = || vec![train(1e-3).unwrap(), train(2e-3).unwrap()];
         let mut runs = grid();
         step_past_edge(&mut runs, 1, train).unwrap();

@@ -48,7 +48,7 @@ struct Plan {
     /// The large size's lrs, as multiples of the lr its model chose at the
     /// small size: a wider model often wants a lower one.
     large_lr_factors: &'static [f64],
-    /// The same stepping past the edge at the large size (40-70 minutes per
+    /// The same stepping past the edge at the large size (10-70 minutes per
     /// run per core): after the paper's rows in the queue.
     large_lr_extensions: usize,
     /// Learning rates tried per ablation row.

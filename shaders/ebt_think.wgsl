@@ -4,7 +4,8 @@
 // It evaluates E(z_s) on the prediction stream, applies the shared rule of
 // nrgpt_core::ebt_session::think_candidate (stop on a non-finite E; with
 // accept-only-lower refuse a rise beyond RISE_TOL relative; stop at S or
-// once |E(s) - E(s-1)| < tol) and otherwise writes z_{s+1} = z_s - a dE/dz.
+// once |E(s) - E(s-1)| < tol) and otherwise writes z_{s+1} = z_s - a dE/dz,
+// or with PROBS z_{s+1} = y_s - a dE/dy (nrgpt_core::EbtUpdate::step_row).
 // A candidate that stopped skips the later steps.
 
 var<workgroup> flag: u32;
@@ -45,11 +46,11 @@ fn think(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: 
         scr[sb + S_Y + v] = exp(cand[zs + v] - m) / zsum;
     }
     sync();
-    // e = y^T Emb + pos_A
+    // e = y^T Emb (or W_in) + pos_A
     for (var j = tid; j < D; j += WG) {
         var p = w_at(W_POS + a * D + j);
         for (var v = 0u; v < V; v++) {
-            p += scr[sb + S_Y + v] * w_at(W_TOK + v * D + j);
+            p += scr[sb + S_Y + v] * w_at(W_IN + v * D + j);
         }
         scr[sb + S_P + j] = p;
     }
@@ -100,21 +101,25 @@ fn think(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: 
     for (var k = 0u; k < L; k++) {
         layer_bwd(tid, L - 1u - k, a);
     }
-    // dE/dz = (diag(y) - y y^T) Emb dE/de
+    // dE/dy = Emb dE/de; dE/dz = (diag(y) - y y^T) dE/dy
     part = 0.0;
     for (var v = tid; v < V; v += WG) {
         var gv = 0.0;
         for (var j = 0u; j < D; j++) {
-            gv += w_at(W_TOK + v * D + j) * scr[sb + S_DELTA + j];
+            gv += w_at(W_IN + v * D + j) * scr[sb + S_DELTA + j];
         }
         scr[sb + S_G + v] = gv;
         part += scr[sb + S_Y + v] * gv;
     }
     let yg = wg_sum(tid, part);
-    // z <- z - a dE/dz
+    // z <- z - a dE/dz, or z <- y - a dE/dy
     let rate = fvec[F_A];
     for (var v = tid; v < V; v += WG) {
         let y = scr[sb + S_Y + v];
-        cand[zs + V + v] = cand[zs + v] - rate * (y * (scr[sb + S_G + v] - yg));
+        if (PROBS) {
+            cand[zs + V + v] = y - rate * scr[sb + S_G + v];
+        } else {
+            cand[zs + V + v] = cand[zs + v] - rate * (y * (scr[sb + S_G + v] - yg));
+        }
     }
 }

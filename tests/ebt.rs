@@ -10,7 +10,7 @@ use common::{randn, rel_err, to_vec};
 use nrgpt_core::ebt::{Ebt, ThinkPlan};
 use nrgpt_core::model::{init_weights, Weights};
 use nrgpt_core::rng::Rng64;
-use nrgpt_core::{Activation, Arch, ModelConfig, NormKind};
+use nrgpt_core::{Activation, Arch, EbtInput, EbtUpdate, ModelConfig, NormKind};
 
 fn config(act: Activation, norm: NormKind) -> ModelConfig {
     let mut c = ModelConfig::new(Arch::Ebt, 11, 16, 2, 2, 8);
@@ -76,19 +76,58 @@ fn energy_gradient_matches_finite_differences() {
     }
 }
 
-/// The loss differentiates through dE/dz: second-order terms (GELU'', the
-/// softmax Jacobian, the norms' second derivatives) must all be right. z is
-/// detached between steps, so the two-step loss's gradient is that of
-/// `(L1(z0) + L1(z1)) / 2` with z1 held at its unperturbed value.
+/// The probabilities' step takes dE/dy, whose image under the softmax
+/// Jacobian is the logits' dE/dz (checked by finite differences above).
+#[test]
+fn the_probabilities_gradient_is_the_logits_gradient_before_the_softmax() {
+    let mut cfg = config(Activation::Gelu, NormKind::LayerNorm);
+    let w = weights(&cfg, 3);
+    let (b, n, v) = (2, 5, cfg.vocab_size);
+    let x = ids(b, n, v, 1);
+    let z = randn(&[b, n, v], 1.5, &mut Rng64::new(7));
+    let grad_of = |cfg: &ModelConfig| {
+        let ebt = Ebt::new(cfg, &w).unwrap();
+        to_vec(&ebt.energy_grad(&ebt.context(&x).unwrap(), &z, true).unwrap().grad.unwrap())
+    };
+    let gz = grad_of(&cfg);
+    cfg.ebt_update = EbtUpdate::Probs;
+    let gy = grad_of(&cfg);
+    let y = to_vec(&nrgpt_core::ops::softmax_lse(&z).unwrap().0);
+    let mut want = Vec::with_capacity(gz.len());
+    for (yr, gr) in y.chunks(v).zip(gy.chunks(v)) {
+        let dot: f64 = yr.iter().zip(gr).map(|(a, b)| a * b).sum();
+        want.extend(yr.iter().zip(gr).map(|(y, g)| y * (g - dot)));
+    }
+    let err = rel_err(&gz, &want);
+    assert!(err < 1e-12, "J^T dE/dy differs from dE/dz by {err:e}");
+    assert!(rel_err(&gy, &gz) > 0.5, "the two gradients coincide: the check would be vacuous");
+}
+
+/// The loss differentiates through the step's gradient: second-order terms
+/// (GELU'', the softmax Jacobian, the norms' second derivatives) must all be
+/// right, for either update. z is detached between steps, so the two-step
+/// loss's gradient is that of `(L1(z0) + L1(z1)) / 2` (or `L1(z1)` alone
+/// with the last step's loss) with z1 held at its unperturbed value.
 #[test]
 fn training_loss_gradients_match_finite_differences() {
-    let cfg = config(Activation::Gelu, NormKind::LayerNorm);
+    for update in [EbtUpdate::Logits, EbtUpdate::Probs] {
+        for final_only in [false, true] {
+            training_loss_gradients_match(update, final_only);
+        }
+    }
+}
+
+fn training_loss_gradients_match(update: EbtUpdate, final_only: bool) {
+    let mut cfg = config(Activation::Gelu, NormKind::LayerNorm);
+    cfg.ebt_update = update;
+    // the probabilities' step with its own input map (the reference's S2 pair)
+    cfg.ebt_input = if update == EbtUpdate::Probs { EbtInput::Own } else { EbtInput::Tied };
     let w = weights(&cfg, 5);
     let (b, n, v) = (2, 4, cfg.vocab_size);
     let (x, y) = (ids(b, n, v, 2), ids(b, n, v, 3));
     let z0 = randn(&[b, n, v], 1.0, &mut Rng64::new(8));
     let base = Ebt::new(&cfg, &w).unwrap();
-    // the regularisers too: a per-token step size and Langevin noise after each step
+    // the regularisers too: a per-token step size and Langevin noise before each step
     let scale = randn(&[b, n, 1], 0.3, &mut Rng64::new(9)).exp().unwrap();
     let noise: Vec<Tensor> = (0..2).map(|s| randn(&[b, n, v], 0.1, &mut Rng64::new(20 + s))).collect();
     let plan = |z0: &Tensor, steps: usize, from: usize| ThinkPlan {
@@ -96,13 +135,19 @@ fn training_loss_gradients_match_finite_differences() {
         steps,
         step_scale: Some(scale.clone()),
         langevin: noise[from..from + steps].to_vec(),
+        final_only,
     };
     let a = (base.step_size().unwrap().broadcast_mul(&scale)).unwrap();
-    let g0 = base.energy_grad(&base.context(&x).unwrap(), &z0, true).unwrap().grad.unwrap();
-    let z1 = ((&z0 - g0.broadcast_mul(&a).unwrap()).unwrap() + &noise[0]).unwrap();
+    let zn0 = (&z0 + &noise[0]).unwrap();
+    let g0 = base.energy_grad(&base.context(&x).unwrap(), &zn0, true).unwrap().grad.unwrap();
+    let z1 = base.step(&zn0, &g0, &a).unwrap();
     let detached_loss = |w: &Weights| {
         let m = Ebt::new(&cfg, w).unwrap();
-        ((m.train_loss(&x, &y, &plan(&z0, 1, 0)).unwrap().0 + m.train_loss(&x, &y, &plan(&z1, 1, 1)).unwrap().0).unwrap() / 2.0).unwrap()
+        let last = m.train_loss(&x, &y, &plan(&z1, 1, 1)).unwrap().0;
+        if final_only {
+            return last;
+        }
+        ((m.train_loss(&x, &y, &plan(&z0, 1, 0)).unwrap().0 + last).unwrap() / 2.0).unwrap()
     };
     let loss_of = |w: &Weights| Ebt::new(&cfg, w).unwrap().train_loss(&x, &y, &plan(&z0, 2, 0)).unwrap().0;
     assert!((to_vec(&loss_of(&w))[0] - to_vec(&detached_loss(&w))[0]).abs() < 1e-12);
@@ -131,7 +176,7 @@ fn training_loss_gradients_match_finite_differences() {
         }
         let err = rel_err(&got, &want);
         let scale = want.iter().map(|x| x.abs()).fold(0.0, f64::max);
-        assert!(err < 1e-5 || scale < 1e-9, "{name}: gradient relative error {err:e} ({got:?} vs {want:?})");
+        assert!(err < 1e-5 || scale < 1e-9, "{update:?} final only {final_only}: {name}: gradient relative error {err:e} ({got:?} vs {want:?})");
     }
 }
 

@@ -10,7 +10,7 @@ use nrgpt_core::ebt::Verify;
 use nrgpt_core::ebt_session::EbtSession;
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::session::{EbtThinkOpts, StepOpts, TokenTrace};
-use nrgpt_core::{Activation, Checkpoint, ModelConfig, NormKind};
+use nrgpt_core::{Activation, Checkpoint, EbtInput, EbtUpdate, ModelConfig, NormKind};
 use nrgpt_engine::{Backend, Decoder, DecoderOpts};
 
 fn config(act: Activation, norm: NormKind) -> ModelConfig {
@@ -57,8 +57,12 @@ fn opts(steps: usize, samples: usize, verify: Verify, accept_lower: bool, early_
 
 #[test]
 fn incremental_decoder_thinks_as_the_oracle_one_character_at_a_time() {
-    for (act, norm) in [(Activation::Gelu, NormKind::LayerNorm), (Activation::Relu, NormKind::RmsNorm)] {
-        let cfg = config(act, norm);
+    let variants = [(Activation::Gelu, NormKind::LayerNorm, EbtUpdate::Logits), (Activation::Relu, NormKind::RmsNorm, EbtUpdate::Logits), (Activation::Gelu, NormKind::LayerNorm, EbtUpdate::Probs)];
+    for (act, norm, update) in variants {
+        let mut cfg = config(act, norm);
+        cfg.ebt_update = update;
+        // the probabilities' step with its own input map (the reference's S2 pair)
+        cfg.ebt_input = if update == EbtUpdate::Probs { EbtInput::Own } else { EbtInput::Tied };
         // a step of 8 overshoots, so accept-only-lower has steps to refuse
         for (o, a) in [
             (opts(3, 1, Verify::MinEnergy, false, None), 0.5),
@@ -74,7 +78,7 @@ fn incremental_decoder_thinks_as_the_oracle_one_character_at_a_time() {
             for (i, &t) in seq(20, cfg.vocab_size, 3).iter().enumerate() {
                 let e = pollster::block_on(engine.push(t, &o)).unwrap();
                 let r = oracle.push(t, &o).unwrap();
-                assert_same(&format!("{act:?}/{norm:?} {:?} char {i}", o.ebt), &e, &r);
+                assert_same(&format!("{act:?}/{norm:?}/{update:?} {:?} char {i}", o.ebt), &e, &r);
                 not_first += usize::from(r.chosen != 0);
                 stopped_early += usize::from(r.steps_used < o.steps.unwrap());
             }

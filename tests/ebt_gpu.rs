@@ -11,7 +11,7 @@ use nrgpt_core::ebt::Verify;
 use nrgpt_core::format::Scheme;
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::session::{EbtThinkOpts, StepOpts, TokenTrace};
-use nrgpt_core::{Activation, ModelConfig, NormKind};
+use nrgpt_core::{Activation, EbtInput, EbtUpdate, ModelConfig, NormKind};
 use nrgpt_engine::{Backend, Decoder, DecoderOpts};
 
 fn config(act: Activation, norm: NormKind, layers: usize) -> ModelConfig {
@@ -104,7 +104,14 @@ fn opts(steps: usize, samples: usize, verify: Verify, accept_lower: bool, early_
 /// candidate and then four under `four` (a step of 8 overshoots, so
 /// accept-only-lower has steps to refuse).
 fn check_variant(act: Activation, norm: NormKind, layers: usize, four: [(StepOpts, f32); 2]) {
-    let cfg = config(act, norm, layers);
+    check_update(act, norm, layers, EbtUpdate::Logits, four);
+}
+
+fn check_update(act: Activation, norm: NormKind, layers: usize, update: EbtUpdate, four: [(StepOpts, f32); 2]) {
+    let mut cfg = config(act, norm, layers);
+    cfg.ebt_update = update;
+    // the probabilities' step with its own input map (the reference's S2 pair)
+    cfg.ebt_input = if update == EbtUpdate::Probs { EbtInput::Own } else { EbtInput::Tied };
     for (scheme, four) in [Scheme::F32, Scheme::Int8].into_iter().zip(four) {
         for (o, a) in [(opts(3, 1, Verify::MinEnergy, false, None), 0.5), four] {
             let bytes = checkpoint(&cfg, 5 + layers as u64, a, scheme);
@@ -113,7 +120,7 @@ fn check_variant(act: Activation, norm: NormKind, layers: usize, four: [(StepOpt
             for (i, &t) in seq(20, cfg.vocab_size, 3).iter().enumerate() {
                 let g = pollster::block_on(gpu.push(t, &o)).unwrap();
                 let c = pollster::block_on(cpu.push(t, &o)).unwrap();
-                assert_same(&format!("{act:?}/{norm:?} L={layers} {scheme:?} {:?} tol {:?} char {i}", o.ebt, o.early_exit), &g, &c, o.ebt.verify);
+                assert_same(&format!("{act:?}/{norm:?}/{update:?} L={layers} {scheme:?} {:?} tol {:?} char {i}", o.ebt, o.early_exit), &g, &c, o.ebt.verify);
                 not_first += usize::from(c.chosen != 0);
                 stopped_early += usize::from(c.steps_used < o.steps.unwrap());
             }
@@ -161,6 +168,12 @@ fn wgsl_thinks_as_the_cpu_engine_relu_rmsnorm_one_layer() {
 #[test]
 fn wgsl_thinks_as_the_cpu_engine_relu_rmsnorm_two_layers() {
     check_variant(Activation::Relu, NormKind::RmsNorm, 2, [no_exit(), early_exit()]);
+}
+
+/// The step that moves the probabilities (the reference's), z <- y - a dE/dy.
+#[test]
+fn wgsl_thinks_as_the_cpu_engine_moving_the_probabilities() {
+    check_update(Activation::Gelu, NormKind::LayerNorm, 1, EbtUpdate::Probs, [no_exit(), accept_lower()]);
 }
 
 /// A prompt goes in one submission (its appends, then the S + 1 thinking

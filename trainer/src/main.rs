@@ -4,13 +4,13 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use nrgpt_core::format::Scheme;
 use nrgpt_core::model::num_params;
 use nrgpt_core::sample::{generate, SampleOpts};
-use nrgpt_core::{Activation, Arch, BlockNorm, EtaInit, EtaKind, GptBlock, ModelConfig, NormKind, Vocab};
+use nrgpt_core::{Activation, Arch, BlockNorm, EbtInput, EbtUpdate, EtaInit, EtaKind, GptBlock, ModelConfig, NormKind, Vocab};
 use serde::Serialize;
 use nrgpt_core::bounds::{MAX_BLOCK, MAX_D_MODEL, MAX_FF_MULT, MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS, MAX_STEPS};
 use trainer::cli_values::{count, dropout, kebab, non_negative, non_negative_f32, positive, temperature, top_p, MAX_SAMPLE_LEN};
@@ -96,7 +96,28 @@ struct TrainArgs {
     /// Std of EBT's initial candidate logits (0: think from the uniform distribution).
     #[arg(long, default_value_t = 1.0, value_parser = non_negative)]
     ebt_noise: f64,
-    /// EBT: std of the Langevin noise added to the candidate after every thinking step.
+    /// EBT: what a thinking step moves: logits (z - a dE/dz, ours) | probs (softmax(z) - a dE/dy,
+    /// the reference's normalize_initial_condition).
+    #[arg(long, default_value = "logits", value_parser = kebab::<EbtUpdate>)]
+    ebt_update: EbtUpdate,
+    /// EBT: how the candidate enters the energy network: tied (softmax(z)^T tok_emb, ours) |
+    /// own (a V x D map of its own, the reference's Linear(V, D)).
+    #[arg(long, default_value = "tied", value_parser = kebab::<EbtInput>)]
+    ebt_input: EbtInput,
+    /// EBT: the loss is the last thinking step's alone (the reference's truncate_mcmc), not the mean.
+    #[arg(long)]
+    ebt_truncate: bool,
+    /// EBT: the thinking step size a the run starts from (default e^4.6 = 99.5); fixed with
+    /// --ebt-step-lr-mult 0.
+    #[arg(long, value_parser = positive)]
+    ebt_step_size: Option<f64>,
+    /// EBT: coefficient of the reference's contrastive loss, softplus(E(truth) - E(guess)).
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
+    ebt_contrastive: f64,
+    /// EBT: coefficient of (E(final) - its cross-entropy)^2, so the energy estimates the loss (ours).
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
+    ebt_calibrate: f64,
+    /// EBT: std of the Langevin noise added to the candidate before every thinking step.
     #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
     ebt_langevin: f64,
     /// EBT: draw each token's step size log-uniformly in [a/2, 2a].
@@ -165,7 +186,10 @@ struct TrainArgs {
     /// reference: the reference's model choices together; NRGPT: beta 1, mask with the diagonal,
     /// free eta from N(0, 0.02), bare block norm, full-rank J (head_dim = d_model); gpt and gpt-rec:
     /// the parallel block with ReLU (its GPT_Rec_parallel). A flag given beside it wins.
-    #[arg(long, value_parser = ["reference"])]
+    /// ebt-s2 (EBT only): the reference's System-2 script (job_scripts/nlp/pretrain/ebt_s2.sh)
+    /// scaled to 65 characters: probs update, own input map, last-step loss, fixed step 1.5 jittered per token,
+    /// start noise 0.6, Langevin 1.9 before each step, 2 or 3 steps, half of each batch replayed.
+    #[arg(long, value_parser = ["reference", "ebt-s2"])]
     preset: Option<String>,
     #[arg(long, default_value_t = 250, value_parser = count(1, 1 << 40))]
     eval_every: usize,
@@ -338,7 +362,81 @@ fn model_config(a: &TrainArgs, vocab_len: usize, given: &[String]) -> (ModelConf
     cfg.activation = if pick("activation", set("activation"), gpt) { Activation::Relu } else { a.activation };
     cfg.layers = a.layers;
     cfg.ebt_noise = a.ebt_noise;
+    cfg.ebt_update = a.ebt_update;
+    cfg.ebt_input = a.ebt_input;
     (cfg, by_preset)
+}
+
+/// `--preset ebt-s2`: the System-2 script's EBT choices (alexiglad/EBT
+/// job_scripts/nlp/pretrain/ebt_s2.sh), each unless its own flag is given.
+/// Scaled to 65 characters (docs/ebt.md says why): its softmax(N(0, sigma^2))
+/// over V entries has entropy about ln V - sigma^2 / 2, so sigma scales with
+/// sqrt(ln V): 3.0 -> 1.9 for Langevin, 1.0 -> 0.6 for the start. Its step 5
+/// acts on a Linear(V, D) under Xavier init (std 0.0063 at V = 50,277), ours
+/// on the token embedding at std 0.02, 3.2x larger gradients: 5 -> 1.5.
+/// Steps: `randint(2, 4)` in training, so S = 2 with one extra step.
+/// Returns the clap ids it set (a resumed run checks them as if given).
+fn apply_ebt_s2(a: &mut TrainArgs, given: &[String]) -> Result<Vec<String>> {
+    if a.preset.as_deref() != Some("ebt-s2") {
+        return Ok(Vec::new());
+    }
+    if a.model != Arch::Ebt {
+        bail!("--preset ebt-s2 is EBT's System-2 recipe; --model is {}", a.model.name());
+    }
+    let mut set = Vec::new();
+    let mut pick = |id: &str| {
+        let own = given.iter().any(|g| g == id);
+        if !own {
+            set.push(id.to_string());
+        }
+        !own
+    };
+    if pick("ebt_update") {
+        a.ebt_update = EbtUpdate::Probs;
+    }
+    if pick("ebt_input") {
+        a.ebt_input = EbtInput::Own;
+    }
+    if pick("ebt_truncate") {
+        a.ebt_truncate = true;
+    }
+    if pick("ebt_step_size") {
+        a.ebt_step_size = Some(1.5);
+    }
+    if pick("ebt_step_lr_mult") {
+        a.ebt_step_lr_mult = 0.0;
+    }
+    if pick("ebt_step_jitter") {
+        a.ebt_step_jitter = true;
+    }
+    if pick("ebt_noise") {
+        a.ebt_noise = 0.6;
+    }
+    if pick("ebt_langevin") {
+        a.ebt_langevin = 1.9;
+    }
+    if pick("steps") {
+        a.steps = 2;
+    }
+    if pick("ebt_extra_steps") {
+        a.ebt_extra_steps = 1;
+    }
+    if pick("ebt_replay") {
+        a.ebt_replay = 0.5;
+    }
+    Ok(set)
+}
+
+/// EBT's own flags on another model would do nothing: refused by name.
+fn check_ebt_flags(a: &TrainArgs, given: &[String]) -> Result<()> {
+    if a.model == Arch::Ebt {
+        return Ok(());
+    }
+    let ebt: Vec<String> = given.iter().filter(|id| id.starts_with("ebt_")).map(|id| format!("--{}", id.replace('_', "-"))).collect();
+    if !ebt.is_empty() {
+        bail!("{} only apply to --model ebt, not {}", ebt.join(", "), a.model.name());
+    }
+    Ok(())
 }
 
 
@@ -368,7 +466,10 @@ struct TrainReport {
 }
 
 /// `given`: the clap ids of the options on the command line (a resumed run checks them).
-fn train(a: TrainArgs, mut given: Vec<String>, json: bool) -> Result<()> {
+fn train(mut a: TrainArgs, mut given: Vec<String>, json: bool) -> Result<()> {
+    check_ebt_flags(&a, &given)?;
+    let by_s2 = apply_ebt_s2(&mut a, &given)?;
+    given.extend(by_s2);
     let vocab = load_vocab(&a.vocab)?;
     let corpus = Corpus::load(&a.data, &vocab)?;
     let (cfg, by_preset) = model_config(&a, vocab.len(), &given);
@@ -392,6 +493,10 @@ fn train(a: TrainArgs, mut given: Vec<String>, json: bool) -> Result<()> {
             extra_steps: a.ebt_extra_steps,
             replay: a.ebt_replay,
             step_lr_mult: a.ebt_step_lr_mult,
+            truncate: a.ebt_truncate,
+            step_size: a.ebt_step_size,
+            contrastive: a.ebt_contrastive,
+            calibrate: a.ebt_calibrate,
         },
     };
     settings.ebt.check()?;

@@ -5,7 +5,7 @@
 
 use anyhow::{ensure, Result};
 use candle_core::{Device, Tensor};
-use nrgpt_core::ebt::ThinkPlan;
+use nrgpt_core::ebt::{EnergyLoss, ThinkPlan, MIN_STEP};
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::ModelConfig;
 use serde::{Deserialize, Serialize};
@@ -23,11 +23,23 @@ pub struct EbtRegularisers {
     pub replay: f64,
     /// The step size's learning rate as a multiple of the model's.
     pub step_lr_mult: f64,
+    /// The loss is the last step's alone (the reference's `truncate_mcmc`).
+    #[serde(default)]
+    pub truncate: bool,
+    /// The step size a fresh run starts from (None: the layout's e^4.6).
+    #[serde(default)]
+    pub step_size: Option<f64>,
+    /// Coefficient of the contrastive energy loss (0: off).
+    #[serde(default)]
+    pub contrastive: f64,
+    /// Coefficient of the energy's calibration to the final loss (0: off).
+    #[serde(default)]
+    pub calibrate: f64,
 }
 
 impl Default for EbtRegularisers {
     fn default() -> Self {
-        Self { langevin: 0.0, step_jitter: false, extra_steps: 0, replay: 0.0, step_lr_mult: 1.0 }
+        Self { langevin: 0.0, step_jitter: false, extra_steps: 0, replay: 0.0, step_lr_mult: 1.0, truncate: false, step_size: None, contrastive: 0.0, calibrate: 0.0 }
     }
 }
 
@@ -37,6 +49,12 @@ impl EbtRegularisers {
         ensure!((0.0..=1.0).contains(&self.replay), "--ebt-replay is a fraction in [0, 1], not {}", self.replay);
         ensure!(self.step_lr_mult.is_finite() && self.step_lr_mult >= 0.0, "--ebt-step-lr-mult must be finite and >= 0, not {}", self.step_lr_mult);
         ensure!(self.extra_steps <= 64, "--ebt-extra-steps is at most 64, not {}", self.extra_steps);
+        for (flag, c) in [("--ebt-contrastive", self.contrastive), ("--ebt-calibrate", self.calibrate)] {
+            ensure!(c.is_finite() && (0.0..=1e3).contains(&c), "{flag} is a coefficient in [0, 1000], not {c}");
+        }
+        if let Some(a) = self.step_size {
+            ensure!(a.is_finite() && (MIN_STEP..=1e6).contains(&a), "--ebt-step-size is in [{MIN_STEP}, 1e6], not {a}");
+        }
         Ok(())
     }
 }
@@ -84,7 +102,8 @@ impl ReplayBuffer {
     }
 }
 
-/// Draws one batch's plan: z(0) from N(0, ebt_noise^2) (or, for the first
+/// Draws one batch's plan (the loss on every step, or the last with
+/// `truncate`): z(0) from N(0, ebt_noise^2) (or, for the first
 /// `replay` fraction of sequences, from random buffer rows), the step count,
 /// the per-token step sizes and the Langevin noise, all from `rng`.
 pub fn draw(reg: &EbtRegularisers, cfg: &ModelConfig, b: usize, rng: &mut Rng64, buffer: &ReplayBuffer) -> Result<ThinkPlan> {
@@ -116,5 +135,8 @@ pub fn draw(reg: &EbtRegularisers, cfg: &ModelConfig, b: usize, rng: &mut Rng64,
     } else {
         Vec::new()
     };
-    Ok(ThinkPlan { z0: Tensor::from_vec(z0, (b, n, v), &Device::Cpu)?, steps, step_scale, langevin })
+    Ok(ThinkPlan { z0: Tensor::from_vec(z0, (b, n, v), &Device::Cpu)?, steps, step_scale, langevin,
+        final_only: reg.truncate,
+        energy_loss: EnergyLoss { contrastive: reg.contrastive, calibrate: reg.calibrate },
+    })
 }

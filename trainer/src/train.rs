@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use candle_core::{DType, Device, Var};
+use candle_core::{DType, Device, Tensor, Var};
 use indicatif::{ProgressBar, ProgressStyle};
 use nrgpt_core::model::{init_weights, num_params, Dropout, Weights};
 use nrgpt_core::rng::Rng64;
@@ -327,7 +327,11 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
             (ck.config, s, ck.weights, Some((ck.extra, state.iter)))
         }
         Start::Fresh(cfg, settings) => {
-            let w = init_weights(&cfg, settings.seed, DType::F32, &dev)?;
+            let mut w = init_weights(&cfg, settings.seed, DType::F32, &dev)?;
+            if let (Body::Ebt(ix), Some(a)) = (&WeightLayout::new(&cfg).body, settings.ebt.step_size) {
+                let name = WeightLayout::new(&cfg).name(ix.log_a).to_string();
+                w.insert(name, Tensor::new(&[a.ln() as f32], &dev)?);
+            }
             (cfg, settings, w, None)
         }
     };

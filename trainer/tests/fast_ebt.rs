@@ -1,7 +1,9 @@
 //! The fast EBT trainer (trainer/src/fast/ebt) against the candle oracle
 //! (crates/core/src/ebt.rs `train_loss` + autograd, in f64): the same loss and
 //! every parameter's gradient, with step jitter and Langevin noise on, for
-//! GELU + LayerNorm and ReLU + RMSNorm, one and two layers; then through the
+//! GELU + LayerNorm and ReLU + RMSNorm, one and two layers, each step
+//! moving the logits or the probabilities, the loss on every step or the
+//! last alone; then through the
 //! CLI: it trains, resumes to the bit, agrees with `--backend candle`, and
 //! each backend resumes the other's checkpoint.
 
@@ -9,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use candle_core::{DType, Device, Tensor, Var};
-use nrgpt_core::ebt::{Ebt, ThinkPlan, Verify};
+use nrgpt_core::ebt::{Ebt, EnergyLoss, ThinkPlan, Verify};
 use nrgpt_core::model::{init_weights, Weights};
 use nrgpt_core::rng::Rng64;
-use nrgpt_core::{Activation, Arch, Checkpoint, ModelConfig, NormKind};
+use nrgpt_core::{Activation, Arch, Checkpoint, EbtInput, EbtUpdate, ModelConfig, NormKind};
 use trainer::fast::ebt::think::predict;
 use trainer::fast::ebt::{FastEbt, FlatPlan};
 
@@ -43,7 +45,7 @@ fn weights(cfg: &ModelConfig, seed: u64, a: f64) -> Weights {
         let n = t.elem_count();
         let noise: Vec<f64> = (0..n).map(|_| rng.normal()).collect();
         let data: Vec<f64> = match name.as_str() {
-            "tok_emb" | "pos_emb" => noise,
+            "tok_emb" | "pos_emb" | "ebt.in_emb" => noise,
             _ if t.rank() == 2 => noise.iter().map(|z| 0.3 * z).collect(),
             _ if name.ends_with("ln1") || name.ends_with("ln2") || name.ends_with("gamma") => noise.iter().map(|z| 1.0 + 0.2 * z).collect(),
             _ if name.ends_with(".b1") || name.ends_with(".b2") || name == "head.b" => noise.iter().map(|z| 0.2 * z).collect(),
@@ -57,7 +59,7 @@ fn weights(cfg: &ModelConfig, seed: u64, a: f64) -> Weights {
 
 /// A plan with every regulariser: z0 ~ N(0, 1.5^2), three steps, per-token
 /// step scales in [1/2, 2], Langevin noise (f32 values, shared by both paths).
-fn plan(cfg: &ModelConfig, seed: u64, steps: usize) -> FlatPlan {
+fn plan(cfg: &ModelConfig, seed: u64, steps: usize, final_only: bool) -> FlatPlan {
     let mut rng = Rng64::new(seed);
     let rows = BATCH * cfg.block_size;
     let v = cfg.vocab_size;
@@ -65,7 +67,7 @@ fn plan(cfg: &ModelConfig, seed: u64, steps: usize) -> FlatPlan {
     let z0 = normal(rows * v, 1.5);
     let langevin = (0..steps).map(|_| normal(rows * v, 0.1)).collect();
     let step_scale = Some(normal(rows, 0.4).iter().map(|x| x.clamp(-0.69, 0.69).exp()).collect());
-    FlatPlan { z0, steps, step_scale, langevin }
+    FlatPlan { z0, steps, step_scale, langevin, final_only, energy_loss: EnergyLoss::default() }
 }
 
 fn candle_plan(cfg: &ModelConfig, p: &FlatPlan) -> ThinkPlan {
@@ -76,6 +78,8 @@ fn candle_plan(cfg: &ModelConfig, p: &FlatPlan) -> ThinkPlan {
         steps: p.steps,
         step_scale: p.step_scale.as_ref().map(|s| t(s, 1)),
         langevin: p.langevin.iter().map(|e| t(e, v)).collect(),
+        final_only: p.final_only,
+        energy_loss: p.energy_loss,
     }
 }
 
@@ -106,10 +110,13 @@ fn rel(got: &[f32], want: &[f64]) -> f64 {
 }
 
 /// The loss's relative error, and the largest relative error over z(steps) and every gradient, with its name.
-fn compare(cfg: &ModelConfig, seed: u64, a: f64, threads: usize) -> (f64, f64, String) {
+fn compare(cfg: &ModelConfig, seed: u64, a: f64, threads: usize, final_only: bool) -> (f64, f64, String) {
+    compare_plan(cfg, seed, a, threads, plan(cfg, 5, 3, final_only))
+}
+
+fn compare_plan(cfg: &ModelConfig, seed: u64, a: f64, threads: usize, p: FlatPlan) -> (f64, f64, String) {
     let w = weights(cfg, seed, a);
     let (ids, tgt) = (tokens(cfg, 3), tokens(cfg, 4));
-    let p = plan(cfg, 5, 3);
     let (ref_loss, ref_grads, ref_z) = reference(cfg, &w, &ids, &tgt, &p);
     let mut fast = FastEbt::new(cfg, &w, BATCH, threads).unwrap();
     let (loss, z) = fast.loss_and_grad(&ids, &tgt, &p).unwrap();
@@ -120,9 +127,11 @@ fn compare(cfg: &ModelConfig, seed: u64, a: f64, threads: usize) -> (f64, f64, S
     for (name, rg) in &ref_grads {
         let g: Vec<f32> = fg[name].flatten_all().unwrap().to_vec1().unwrap();
         let norm = rg.iter().map(|b| b * b).sum::<f64>().sqrt();
-        if name == "head.b" {
+        if name == "head.b" && p.energy_loss.calibrate == 0.0 {
             // the energy's bias moves no gradient dE/dz: no gradient at all
-            assert!(norm == 0.0 && g.iter().all(|&x| x == 0.0), "head.b has a gradient");
+            // (the contrastive loss's two energies cancel it, to f32 round-off)
+            let tol = if p.energy_loss.contrastive > 0.0 { 1e-6 } else { 0.0 };
+            assert!(norm <= tol && g.iter().all(|&x| x.abs() <= tol as f32), "head.b has a gradient");
             continue;
         }
         assert!(norm > 1e-6, "{name}: reference gradient is ~zero ({norm}); the check would be vacuous");
@@ -135,14 +144,19 @@ fn compare(cfg: &ModelConfig, seed: u64, a: f64, threads: usize) -> (f64, f64, S
 }
 
 fn check(act: Activation, norm: NormKind, layers: usize, seed: u64) {
-    let cfg = config(act, norm, layers);
-    // a moderate step, and the initial one (e^4.6 ~ 100) whose steps move z far
-    for a in [0.7, 100.0] {
-        for threads in [1, 2] {
-            let (loss_err, err, name) = compare(&cfg, seed, a, threads);
-            eprintln!("{act:?} {norm:?} layers {layers} a {a} threads {threads}: loss {loss_err:.1e}, max relative error {err:.2e} ({name})");
-            assert!(loss_err < LOSS_TOL, "loss relative error {loss_err:e} exceeds {LOSS_TOL:e}");
-            assert!(err < TOL, "relative error {err:e} in {name} exceeds {TOL:e}");
+    let mut cfg = config(act, norm, layers);
+    // a moderate step, and a large one: the logits' initial e^4.6 ~ 100 (the
+    // softmax Jacobian shrinks their gradient ~V-fold), the probabilities' 5
+    // (the probabilities' step with the candidate's own input map, the reference's S2 pair)
+    for (update, input, steps) in [(EbtUpdate::Logits, EbtInput::Tied, [0.7, 100.0]), (EbtUpdate::Probs, EbtInput::Own, [0.7, 5.0])] {
+        (cfg.ebt_update, cfg.ebt_input) = (update, input);
+        for a in steps {
+            for (threads, final_only) in [(1, false), (2, false), (2, true)] {
+                let (loss_err, err, name) = compare(&cfg, seed, a, threads, final_only);
+                eprintln!("{act:?} {norm:?} layers {layers} {update:?} {input:?} a {a} threads {threads} final only {final_only}: loss {loss_err:.1e}, max relative error {err:.2e} ({name})");
+                assert!(loss_err < LOSS_TOL, "loss relative error {loss_err:e} exceeds {LOSS_TOL:e}");
+                assert!(err < TOL, "relative error {err:e} in {name} exceeds {TOL:e}");
+            }
         }
     }
 }
@@ -164,16 +178,36 @@ fn relu_rmsnorm_matches_candle() {
     check(Activation::Relu, NormKind::RmsNorm, 2, 8);
 }
 
+/// The losses on the energy's level, each alone and both, on either update:
+/// their first-order gradients (the reverse with zero tangents) as candle's.
+#[test]
+fn energy_losses_match_candle() {
+    let mut cfg = config(Activation::Gelu, NormKind::LayerNorm, 2);
+    for (update, input, a) in [(EbtUpdate::Logits, EbtInput::Tied, 20.0), (EbtUpdate::Probs, EbtInput::Own, 2.0)] {
+        (cfg.ebt_update, cfg.ebt_input) = (update, input);
+        for (contrastive, calibrate) in [(0.7, 0.0), (0.0, 0.3), (0.5, 0.2)] {
+            let mut p = plan(&cfg, 5, 2, true);
+            p.energy_loss = EnergyLoss { contrastive, calibrate };
+            let (loss_err, err, name) = compare_plan(&cfg, 9, a, 2, p);
+            eprintln!("{update:?} contrastive {contrastive} calibrate {calibrate}: loss {loss_err:.1e}, max relative error {err:.2e} ({name})");
+            assert!(loss_err < LOSS_TOL, "loss relative error {loss_err:e} exceeds {LOSS_TOL:e}");
+            assert!(err < TOL, "relative error {err:e} in {name} exceeds {TOL:e}");
+        }
+    }
+}
+
 /// Thinking without training (the thinking table's path, fast/ebt/think.rs)
 /// follows the oracle's `Ebt::think`: every z(s) and E(s), both model variants,
 /// a step large enough to move z far.
 #[test]
 fn thinking_matches_candle() {
-    for (act, norm, layers) in [(Activation::Gelu, NormKind::LayerNorm, 2), (Activation::Relu, NormKind::RmsNorm, 1)] {
-        let cfg = config(act, norm, layers);
-        let w = weights(&cfg, 12, 20.0);
+    let variants = [(Activation::Gelu, NormKind::LayerNorm, 2, EbtUpdate::Logits), (Activation::Relu, NormKind::RmsNorm, 1, EbtUpdate::Logits), (Activation::Gelu, NormKind::LayerNorm, 2, EbtUpdate::Probs)];
+    for (act, norm, layers, update) in variants {
+        let mut cfg = config(act, norm, layers);
+        cfg.ebt_update = update;
+        let w = weights(&cfg, 12, if update == EbtUpdate::Probs { 1.0 } else { 20.0 });
         let ids = tokens(&cfg, 6);
-        let z0 = plan(&cfg, 7, 1).z0;
+        let z0 = plan(&cfg, 7, 1, false).z0;
         let ebt = Ebt::new(&cfg, &w).unwrap();
         let x = Tensor::from_slice(&ids, (BATCH, cfg.block_size), &Device::Cpu).unwrap();
         let z0c = Tensor::from_slice(&z0, (BATCH, cfg.block_size, cfg.vocab_size), &Device::Cpu).unwrap().to_dtype(DType::F64).unwrap();
@@ -220,7 +254,7 @@ fn gradients_do_not_depend_on_the_thread_count() {
     let cfg = config(Activation::Gelu, NormKind::LayerNorm, 2);
     let w = weights(&cfg, 5, 1.0);
     let (ids, tgt) = (tokens(&cfg, 1), tokens(&cfg, 2));
-    let p = plan(&cfg, 3, 2);
+    let p = plan(&cfg, 3, 2, false);
     let run = |threads| {
         let mut f = FastEbt::new(&cfg, &w, BATCH, threads).unwrap();
         let (loss, z) = f.loss_and_grad(&ids, &tgt, &p).unwrap();

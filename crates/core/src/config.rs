@@ -144,6 +144,63 @@ impl GptBlock {
     }
 }
 
+/// What an EBT thinking step moves, and along which gradient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EbtUpdate {
+    /// `z <- z - a dE/dz`, through softmax's Jacobian (ours): the start
+    /// noise stays in z unless the gradient cancels it.
+    #[default]
+    Logits,
+    /// `z <- softmax(z) - a dE/dy`, y = softmax(z): the reference's
+    /// `normalize_initial_condition` (alexiglad/EBT, model/nlp/ebt.py takes
+    /// the gradient with respect to the probabilities and steps from them),
+    /// so any start is squashed into the simplex before the first step.
+    Probs,
+}
+
+impl EbtUpdate {
+    pub fn name(self) -> &'static str {
+        match self {
+            EbtUpdate::Logits => "logits",
+            EbtUpdate::Probs => "probs",
+        }
+    }
+
+    /// One thinking step of one candidate row, in f32: `z <- z - a g`
+    /// (logits) or `z <- y - a g` (probs), with `y = softmax(z)` and `g` the
+    /// gradient this update takes (dE/dz or dE/dy). Every f32 path steps
+    /// here; the oracle writes it in tensors and the WGSL in `ebt_think.wgsl`.
+    pub fn step_row(self, z: &mut [f32], y: &[f32], g: &[f32], a: f32) {
+        match self {
+            EbtUpdate::Logits => z.iter_mut().zip(g).for_each(|(z, g)| *z -= a * g),
+            EbtUpdate::Probs => z.iter_mut().zip(y.iter().zip(g)).for_each(|(z, (y, g))| *z = y - a * g),
+        }
+    }
+}
+
+/// How an EBT candidate's probabilities enter its energy network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EbtInput {
+    /// `e = softmax(z)^T Emb`, the token embedding (ours; the reference's
+    /// `vocab_to_embed_uses_prob_dist`).
+    #[default]
+    Tied,
+    /// `e = softmax(z)^T W_in`, a V x D map of its own: the reference's
+    /// default `vocab_to_embed = Linear(V, D)`, which its S2 script uses.
+    Own,
+}
+
+impl EbtInput {
+    pub fn name(self) -> &'static str {
+        match self {
+            EbtInput::Tied => "tied",
+            EbtInput::Own => "own",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Activation {
@@ -183,6 +240,12 @@ pub struct ModelConfig {
     /// Standard deviation of EBT's initial candidate logits z(0) (0: start from the uniform distribution).
     #[serde(default = "one_f64")]
     pub ebt_noise: f64,
+    /// What EBT's thinking step moves (logits, or the probabilities).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub ebt_update: EbtUpdate,
+    /// How EBT's candidate enters its energy network.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub ebt_input: EbtInput,
     pub block_size: usize,
     /// Hidden width of the feed-forward energy / MLP is `ff_mult * d_model`.
     pub ff_mult: usize,
@@ -225,6 +288,8 @@ impl ModelConfig {
             steps,
             layers: 1,
             ebt_noise: 1.0,
+            ebt_update: EbtUpdate::Logits,
+            ebt_input: EbtInput::Tied,
             block_size,
             ff_mult: 4,
             norm: NormKind::LayerNorm,

@@ -11,7 +11,8 @@
 //! computed once ([`Ebt::context`]); [`Ebt::energy_grad`] writes the prediction
 //! stream's input gradient `dE/dz` analytically, as tensor ops, so one pass of
 //! candle's autograd differentiates through it (candle's gradient of a
-//! gradient is silently wrong). Thinking: `z <- z - a dE/dz`.
+//! gradient is silently wrong). Thinking: `z <- z - a dE/dz`, or with
+//! [`EbtUpdate::Probs`] the reference's `z <- softmax(z) - a dE/dy`.
 
 use candle_core::{DType, Device, Result, Tensor, D};
 
@@ -22,7 +23,7 @@ use crate::model::{check_weights, Ends, Weights};
 use crate::norm::{norm, norm_vjp, Normed};
 use crate::ops::{activation, causal_masks, merge_heads, softmax_lse, split_heads};
 use crate::rng::Rng64;
-use crate::{Error, ModelConfig};
+use crate::{EbtUpdate, Error, ModelConfig};
 
 /// The smallest thinking step (the reference clamps its step size there).
 pub const MIN_STEP: f64 = 1e-4;
@@ -32,6 +33,8 @@ pub struct Ebt {
     /// Its head is the energy head: (1, D) and (1).
     ends: Ends,
     log_a: Tensor,
+    /// The candidate's input map (V, D): the token embedding, or its own.
+    in_emb: Tensor,
     layers: Vec<GptLayer>,
 }
 
@@ -57,7 +60,8 @@ struct Saved {
     ds: Tensor,
 }
 
-/// `E_A(z)` (B, n) and, when asked, `dE_A/dz_A` (B, n, V).
+/// `E_A(z)` (B, n) and, when asked, the gradient the thinking step takes
+/// (B, n, V): `dE_A/dz_A`, or `dE_A/dy_A` with [`EbtUpdate::Probs`].
 pub struct EnergyGrad {
     pub energy: Tensor,
     pub grad: Option<Tensor>,
@@ -72,8 +76,29 @@ pub struct ThinkPlan {
     pub steps: usize,
     /// Per-token multiplier of the step size `a`, (B, n, 1); None: 1 everywhere.
     pub step_scale: Option<Tensor>,
-    /// Langevin noise added after step s (B, n, V), already scaled; empty: none.
+    /// Langevin noise added to z(s) before step s (B, n, V), already scaled
+    /// (the reference adds it before the softmax); empty: none.
     pub langevin: Vec<Tensor>,
+    /// The loss is the last step's cross-entropy only (the reference's
+    /// `truncate_mcmc`), not the mean over the steps.
+    pub final_only: bool,
+    /// Losses on the energy's own level (0: off), see [`EnergyLoss`].
+    pub energy_loss: EnergyLoss,
+}
+
+/// The thinking loss reaches the energy only through its gradient, so its
+/// level is free. These terms tie it to correctness; each is a coefficient
+/// (0: off) on a mean over the characters.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EnergyLoss {
+    /// The reference's `contrastive_loss`: softplus(E(true) - E(pred)),
+    /// the true character's one-hot against the last step's input (its
+    /// `predicted_energies[-1]`), so the truth lies lower than the guess.
+    pub contrastive: f64,
+    /// Ours: (E(z(S)) - CE(z(S)))^2 with the cross-entropy held fixed, so
+    /// the final energy estimates the final loss (and self-verification,
+    /// the lowest energy, picks the candidate expected to be right).
+    pub calibrate: f64,
 }
 
 /// How self-verification picks one of N thought candidates, per character.
@@ -118,6 +143,7 @@ impl Ebt {
             cfg: cfg.clone(),
             ends: Ends::from_layout(&lay, get),
             log_a: get(ix.log_a),
+            in_emb: get(ix.input),
             layers,
         })
     }
@@ -154,9 +180,13 @@ impl Ebt {
     /// `E_A(z)` for every position, and `dE_A/dz_A` when `want_grad`
     /// (each position's energy depends on its own candidate only).
     pub fn energy_grad(&self, ctx: &Context, z: &Tensor, want_grad: bool) -> Result<EnergyGrad> {
-        // e = softmax(z)^T Emb, placed at the position it predicts from
-        let (y, _) = softmax_lse(z)?;
-        let mut p = linear(&y, &self.ends.tok_emb.t()?, None)?.broadcast_add(&ctx.pos)?;
+        self.energy_grad_at(ctx, &softmax_lse(z)?.0, want_grad)
+    }
+
+    /// [`Ebt::energy_grad`] at the probabilities `y` = softmax(z) (B, n, V).
+    fn energy_grad_at(&self, ctx: &Context, y: &Tensor, want_grad: bool) -> Result<EnergyGrad> {
+        // e = softmax(z)^T Emb (or W_in), placed at the position it predicts from
+        let mut p = linear(y, &self.in_emb.t()?, None)?.broadcast_add(&ctx.pos)?;
         let mut saved = Vec::with_capacity(self.layers.len());
         for (l, layer) in self.layers.iter().enumerate() {
             let (next, s) = self.predict_layer(layer, &ctx.keys[l], &ctx.values[l], &ctx.mask, &p)?;
@@ -173,9 +203,13 @@ impl Ebt {
         for (l, layer) in self.layers.iter().enumerate().rev() {
             delta = predict_layer_vjp(layer, &ctx.keys[l], &ctx.values[l], &saved[l], &delta)?;
         }
-        // dE/dz = (diag(y) - y y^T) Emb dE/de
-        let g = linear(&delta, &self.ends.tok_emb, None)?;
-        let grad = (&y * g.broadcast_sub(&(&y * &g)?.sum_keepdim(D::Minus1)?)?)?;
+        // dE/dy = Emb dE/de
+        let g = linear(&delta, &self.in_emb, None)?;
+        let grad = match self.cfg.ebt_update {
+            EbtUpdate::Probs => g,
+            // dE/dz = (diag(y) - y y^T) dE/dy
+            EbtUpdate::Logits => (y * g.broadcast_sub(&(y * &g)?.sum_keepdim(D::Minus1)?)?)?,
+        };
         Ok(EnergyGrad { energy, grad: Some(grad) })
     }
 
@@ -201,6 +235,16 @@ impl Ebt {
         Ok((p2, Saved { n1, q, k_self, v_self, p_real, p_self, n2, ds }))
     }
 
+    /// One thinking step from `z` along `grad` with step `a` (broadcast):
+    /// `z - a g`, or `softmax(z) - a g` ([`EbtUpdate::step_row`] in tensors).
+    pub fn step(&self, z: &Tensor, grad: &Tensor, a: &Tensor) -> Result<Tensor> {
+        let base = match self.cfg.ebt_update {
+            EbtUpdate::Logits => z.clone(),
+            EbtUpdate::Probs => softmax_lse(z)?.0,
+        };
+        base - grad.broadcast_mul(a)?
+    }
+
     /// Thinks `steps` steps from `z0` (B, n, V), with the step size scaled by
     /// `step_scale` (1 = as trained). Returns every z(s) and its energy.
     pub fn think(&self, ctx: &Context, z0: &Tensor, steps: usize, step_scale: f64) -> Result<Thought> {
@@ -211,8 +255,7 @@ impl Ebt {
             let eg = self.energy_grad(ctx, &z, true)?;
             logits.push(z.clone());
             energies.push(eg.energy);
-            // z <- z - a dE/dz
-            z = (&z - eg.grad.expect("asked for the gradient").broadcast_mul(&a)?)?.detach();
+            z = self.step(&z, &eg.grad.expect("asked for the gradient"), &a)?.detach();
         }
         energies.push(self.energy_grad(ctx, &z, false)?.energy);
         logits.push(z);
@@ -220,9 +263,13 @@ impl Ebt {
     }
 
     /// The training loss: the mean over the plan's thinking steps of the
-    /// cross-entropy of softmax(z(s+1)) against the next characters. As in
-    /// the reference, z is detached between steps, so each step's loss
-    /// differentiates through that step's input gradient only.
+    /// cross-entropy of softmax(z(s+1)) against the next characters (or the
+    /// last step's alone, `final_only`). As in the reference, z is detached
+    /// between steps, so each step's loss differentiates through that step's
+    /// input gradient only. (The reference's S2 script keeps the candidate
+    /// attached, `no_mcmc_detach`, but with `truncate_mcmc` the earlier
+    /// steps' gradients are taken without a graph, so the parameters still
+    /// receive the last step's second-order term only: the same gradient.)
     /// Also returns the final candidates z(steps), detached (for a replay buffer).
     pub fn train_loss(&self, ids: &Tensor, targets: &Tensor, plan: &ThinkPlan) -> crate::Result<(Tensor, Tensor)> {
         if plan.steps == 0 {
@@ -235,22 +282,46 @@ impl Ebt {
         };
         let mut z = plan.z0.clone();
         let mut total: Option<Tensor> = None;
+        let mut last_energy = None;
         for s in 0..plan.steps {
-            let grad = self.energy_grad(&ctx, &z, true)?.grad.expect("asked for the gradient");
-            // z(s+1) = z(s) - a dE/dz (+ Langevin noise)
-            let mut next = (&z - grad.broadcast_mul(&a)?)?;
+            // Langevin noise on z(s), then z(s+1) = step(z(s))
             if let Some(noise) = plan.langevin.get(s) {
-                next = (next + noise)?;
+                z = (z + noise)?;
             }
-            let ce = crate::model::cross_entropy(&next, targets)?;
-            total = Some(match total {
-                Some(t) => (t + ce)?,
-                None => ce,
-            });
+            let eg = self.energy_grad(&ctx, &z, true)?;
+            last_energy = Some(eg.energy);
+            let grad = eg.grad.expect("asked for the gradient");
+            let next = self.step(&z, &grad, &a)?;
+            if !plan.final_only || s + 1 == plan.steps {
+                let ce = crate::model::cross_entropy(&next, targets)?;
+                total = Some(match total {
+                    Some(t) => (t + ce)?,
+                    None => ce,
+                });
+            }
             z = next.detach();
         }
-        let total = total.expect("at least one step");
-        Ok(((total / plan.steps as f64)?, z))
+        let counted = if plan.final_only { 1 } else { plan.steps };
+        let mut loss = (total.expect("at least one step") / counted as f64)?;
+        let EnergyLoss { contrastive, calibrate } = plan.energy_loss;
+        if contrastive > 0.0 {
+            // softplus(E(one-hot truth) - E(last step's input))
+            let v = self.cfg.vocab_size;
+            let truth = Tensor::ones(targets.dims(), self.dtype(), self.device())?.unsqueeze(D::Minus1)?;
+            let onehot = Tensor::zeros((targets.dim(0)?, targets.dim(1)?, v), self.dtype(), self.device())?
+                .scatter_add(&targets.unsqueeze(D::Minus1)?.contiguous()?, &truth, D::Minus1)?;
+            let real = self.energy_grad_at(&ctx, &onehot, false)?.energy;
+            let gap = (real - last_energy.expect("at least one step"))?;
+            let softplus = (gap.relu()? + (gap.abs()?.neg()?.exp()? + 1.0)?.log()?)?;
+            loss = (loss + (softplus.mean_all()? * contrastive)?)?;
+        }
+        if calibrate > 0.0 {
+            // (E(z(S)) - CE(z(S)))^2, the cross-entropy held fixed
+            let energy = self.energy_grad(&ctx, &z, false)?.energy.flatten_all()?;
+            let ce = crate::model::char_cross_entropy(&z, targets)?.detach();
+            loss = (loss + ((energy - ce)?.sqr()?.mean_all()? * calibrate)?)?;
+        }
+        Ok((loss, z))
     }
 
     /// Self-verification: thinks `samples` candidates from independent noise

@@ -9,7 +9,8 @@ use crate::ebt::{Context, Ebt, Verify};
 use crate::rng::Rng64;
 use crate::sample::{draw, filtered_probs, SampleOpts};
 use crate::session::{window_after, EbtThinkOpts, StepOpts, TokenTrace};
-use crate::{Checkpoint, Error, Result, Vocab};
+use crate::scalar::softmax_row;
+use crate::{Checkpoint, EbtUpdate, Error, Result, Vocab};
 
 /// The stream the candidates' starting noise is drawn from.
 const STREAM_CANDIDATES: u64 = 0xCA4D;
@@ -42,8 +43,8 @@ pub fn choose(thoughts: &[CandidateThought], verify: Verify) -> usize {
     (1..thoughts.len()).fold(0, |best, c| if score(&thoughts[c]) < score(&thoughts[best]) { c } else { best })
 }
 
-/// Thinks one candidate from `z0`: up to `steps` steps of z <- z - a dE/dz,
-/// stopping early once |E(s) - E(s-1)| < tol, and, with `accept_lower`,
+/// Thinks one candidate from `z0`: up to `steps` steps of `update` (z <- z -
+/// a dE/dz, or z <- softmax(z) - a dE/dy), stopping early once |E(s) - E(s-1)| < tol, and, with `accept_lower`,
 /// before a step that raises E. `energy_grad(z, want_grad)` is the path's
 /// own math (the oracle's tensors, the engine's loops); the control flow is this one.
 pub fn think_candidate(
@@ -51,10 +52,11 @@ pub fn think_candidate(
     steps: usize,
     tol: Option<f32>,
     accept_lower: bool,
-    a: f32,
+    (update, a): (EbtUpdate, f32),
     mut energy_grad: impl FnMut(&[f32], bool) -> Result<(f32, Option<Vec<f32>>)>,
 ) -> Result<CandidateThought> {
     let mut z = z0.to_vec();
+    let mut y = vec![0f32; z.len()];
     let mut out = CandidateThought { logits: Vec::new(), energies: Vec::new() };
     for s in 0..=steps {
         let (e, grad) = energy_grad(&z, s < steps)?;
@@ -73,8 +75,8 @@ pub fn think_candidate(
             break;
         }
         let grad = grad.ok_or_else(|| Error::Config("the energy path gave no gradient".into()))?;
-        // z <- z - a dE/dz
-        z.iter_mut().zip(&grad).for_each(|(zi, gi)| *zi -= a * gi);
+        softmax_row(&z, &mut y);
+        update.step_row(&mut z, &y, &grad, a);
     }
     Ok(out)
 }
@@ -83,7 +85,7 @@ pub fn think_candidate(
 pub fn think_last(ebt: &Ebt, ctx: &Context, n: usize, z0: &[f32], steps: usize, tol: Option<f32>, accept_lower: bool) -> Result<CandidateThought> {
     let v = z0.len();
     let a = ebt.step_size()?.to_dtype(DType::F32)?.to_vec1::<f32>()?[0];
-    think_candidate(z0, steps, tol, accept_lower, a, |z, want_grad| {
+    think_candidate(z0, steps, tol, accept_lower, (ebt.cfg.ebt_update, a), |z, want_grad| {
         // the other positions' candidates do not touch the last one's energy: zeros
         let mut full = vec![0f32; (n - 1) * v];
         full.extend_from_slice(z);

@@ -4,7 +4,7 @@
 //! packer and the fast trainer all index weights through [`WeightLayout`];
 //! no other module spells a weight's name.
 
-use crate::{Arch, BlockNorm, EtaInit, EtaKind, GptBlock, ModelConfig};
+use crate::{Arch, BlockNorm, EbtInput, EtaInit, EtaKind, GptBlock, ModelConfig};
 
 /// How a parameter starts.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -81,6 +81,9 @@ pub struct EbtIdx {
     pub layers: Vec<GptIdx>,
     /// The thinking step size `a = max(exp(log_a), 1e-4)`.
     pub log_a: usize,
+    /// The candidate's input map (V, D): the token embedding `tok`, or its
+    /// own `ebt.in_emb` ([`crate::EbtInput`]).
+    pub input: usize,
 }
 
 /// The parameters between the embedding and the readout.
@@ -194,7 +197,11 @@ impl WeightLayout {
                 let layers = (0..cfg.layers).map(|l| gpt_layer(&mut b, cfg, l, std, cfg.layers)).collect();
                 // a = e^{log_a}: a 65-way softmax has a tiny input gradient, so the step starts large
                 let log_a = b.add("ebt.log_a".into(), vec![1], Init::Const(EBT_LOG_A0));
-                Body::Ebt(EbtIdx { layers, log_a })
+                let input = match cfg.ebt_input {
+                    EbtInput::Tied => tok,
+                    EbtInput::Own => b.add("ebt.in_emb".into(), vec![v, d], Init::Normal(std)),
+                };
+                Body::Ebt(EbtIdx { layers, log_a, input })
             }
         };
         Self { specs: b.0, tok, pos, out_gamma, head_w, head_b, body }

@@ -29,7 +29,7 @@ pub mod scalar;
 pub mod session;
 pub mod vocab;
 
-pub use config::{Activation, Arch, BlockNorm, EtaInit, EtaKind, GptBlock, ModelConfig, NormKind};
+pub use config::{Activation, Arch, BlockNorm, EbtInput, EbtUpdate, EtaInit, EtaKind, GptBlock, ModelConfig, NormKind};
 pub use error::{Error, Result};
 pub use format::Checkpoint;
 pub use model::{Forward, ForwardOpts, Model, Weights};

@@ -274,10 +274,15 @@ impl Model {
 
 /// Mean next-token cross-entropy (nats), logits (B, n, V), targets (B, n) u32.
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    Ok(char_cross_entropy(logits, targets)?.mean_all()?)
+}
+
+/// Each character's cross-entropy, flat (B * n).
+pub fn char_cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let v = logits.dim(D::Minus1)?;
     let logits = logits.reshape(((), v))?;
     let targets = targets.flatten_all()?;
     let (_, lse) = crate::ops::softmax_lse(&logits)?;
     let picked = logits.gather(&targets.unsqueeze(1)?, 1)?.squeeze(1)?;
-    Ok((lse - picked)?.mean_all()?)
+    Ok((lse - picked)?)
 }

@@ -36,6 +36,18 @@ pub fn exp(x: f32) -> f32 {
     p * f32::from_bits(((k + 127) << 23) as u32)
 }
 
+/// y = softmax(z) over one row (max-shifted, with [`exp`]).
+pub fn softmax_row(z: &[f32], y: &mut [f32]) {
+    let mx = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for (o, &x) in y.iter_mut().zip(z) {
+        *o = exp(x - mx);
+        sum += *o;
+    }
+    let inv = 1.0 / sum;
+    y.iter_mut().for_each(|o| *o *= inv);
+}
+
 /// erf(z) given e = exp(-z^2): Abramowitz & Stegun 7.1.26, |error| < 1.5e-7
 /// (WGSL has no erf, so the kernel uses the same polynomial).
 #[inline(always)]

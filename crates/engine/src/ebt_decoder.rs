@@ -10,7 +10,7 @@ use nrgpt_core::format::PackedCheckpoint;
 use nrgpt_core::layout::{Body, GptIdx, WeightLayout};
 use nrgpt_core::scalar::{act3, norm_row};
 use nrgpt_core::session::{EbtThinkOpts, TokenTrace};
-use nrgpt_core::{Error, ModelConfig, NormKind, Result};
+use nrgpt_core::{EbtUpdate, Error, ModelConfig, NormKind, Result};
 
 use crate::cpu_decoder::{dot, matvec, matvec_t};
 
@@ -22,6 +22,8 @@ pub struct EbtDecoder {
     w: Vec<Vec<f32>>,
     /// The thinking step a = max(e^{log a}, 1e-4).
     a: f32,
+    /// The candidate's input map in `w` (the token embedding, or its own).
+    input: usize,
     /// Query/key/value width (heads x head width).
     qd: usize,
     /// Per layer, the real tokens' keys and values at [layer][B][qd].
@@ -83,7 +85,7 @@ impl EbtDecoder {
         let layers = ix.layers.clone();
         let qd = layers.first().map_or(0, |l| w[l.wq].len() / cfg.d_model);
         let cache = vec![Vec::new(); layers.len()];
-        Ok(Self { cfg, lay, layers, w, a, qd, keys: cache.clone(), values: cache, n: 0 })
+        Ok(Self { cfg, lay, layers, w, a, input: ix.input, qd, keys: cache.clone(), values: cache, n: 0 })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -144,7 +146,7 @@ impl EbtDecoder {
         let w = &self.w;
         // e = softmax(z)^T Emb + pos_A
         let y = softmax(z);
-        let mut p = matvec_t(&w[self.lay.tok], &y, d);
+        let mut p = matvec_t(&w[self.input], &y, d);
         add(&mut p, &w[self.lay.pos][a * d..(a + 1) * d]);
         let mut saved = Vec::with_capacity(self.layers.len());
         for (l, ix) in self.layers.iter().enumerate() {
@@ -219,10 +221,16 @@ impl EbtDecoder {
             add(&mut d1, &norm_vjp(kind, &s.n1, &w[ix.ln1], &du));
             delta = d1;
         }
-        // dE/dz = (diag(y) - y y^T) Emb dE/de
-        let g = matvec(&w[self.lay.tok], &delta, None);
-        let yg = dot(&y, &g);
-        (energy, Some(y.iter().zip(&g).map(|(yi, gi)| yi * (gi - yg)).collect()))
+        // dE/dy = Emb dE/de
+        let g = matvec(&w[self.input], &delta, None);
+        match self.cfg.ebt_update {
+            EbtUpdate::Probs => (energy, Some(g)),
+            // dE/dz = (diag(y) - y y^T) dE/dy
+            EbtUpdate::Logits => {
+                let yg = dot(&y, &g);
+                (energy, Some(y.iter().zip(&g).map(|(yi, gi)| yi * (gi - yg)).collect()))
+            }
+        }
     }
 
     /// The candidates for the character after the window, the `index`-th of
@@ -233,7 +241,7 @@ impl EbtDecoder {
         }
         let thoughts = candidate_noise(opts.seed, index, opts.samples, self.cfg.vocab_size, self.cfg.ebt_noise)
             .iter()
-            .map(|z0| think_candidate(z0, steps, tol, opts.accept_lower, self.a, |z, want| Ok(self.energy_grad(z, want))))
+            .map(|z0| think_candidate(z0, steps, tol, opts.accept_lower, (self.cfg.ebt_update, self.a), |z, want| Ok(self.energy_grad(z, want))))
             .collect::<Result<Vec<_>>>()?;
         Ok(trace_of(thoughts, opts.verify))
     }

@@ -15,7 +15,7 @@ use nrgpt_core::ebt_session::{candidate_noise, trace_of, CandidateThought, RISE_
 use nrgpt_core::format::PackedCheckpoint;
 use nrgpt_core::layout::{Body, EbtIdx};
 use nrgpt_core::session::{EbtThinkOpts, TokenTrace};
-use nrgpt_core::{Activation, Error, ModelConfig, NormKind, Result};
+use nrgpt_core::{Activation, EbtUpdate, Error, ModelConfig, NormKind, Result};
 
 use crate::gpu_shared::{constants_source, job_entry, pack, read_back, storage_entry, GpuDevice};
 
@@ -166,7 +166,9 @@ struct Program {
 fn program(file: &PackedCheckpoint, ix: &EbtIdx) -> Result<Program> {
     let (cfg, lay) = (&file.config, &file.layout);
     let w: Vec<Vec<f32>> = (0..file.tensors.len()).map(|i| file.values(i)).collect();
-    let mut matrices = vec![Some(lay.tok), Some(lay.pos), Some(lay.head_w)];
+    // the candidate's own input map, or none (it reads the token embedding)
+    let own_input = (ix.input != lay.tok).then_some(ix.input);
+    let mut matrices = vec![Some(lay.tok), Some(lay.pos), Some(lay.head_w), own_input];
     let mut vectors: Vec<&[f32]> = Vec::new();
     for g in &ix.layers {
         matrices.extend([g.wq, g.wk, g.wv, g.wo, g.w1, g.w2].map(Some));
@@ -179,12 +181,13 @@ fn program(file: &PackedCheckpoint, ix: &EbtIdx) -> Result<Program> {
     let layers = ix.layers.len();
     let mut consts = BTreeMap::new();
     let (ma, va) = (&packed.mat_at, &packed.vec_at);
-    for (name, at) in [("W_TOK", ma[0]), ("W_POS", ma[1]), ("W_HEAD", ma[2])] {
+    let w_in = if own_input.is_some() { ma[3] } else { ma[0] };
+    for (name, at) in [("W_TOK", ma[0]), ("W_POS", ma[1]), ("W_HEAD", ma[2]), ("W_IN", w_in)] {
         consts.insert(name.to_string(), format!("{at}u"));
     }
     // layer 0's offsets (a checkpoint has at least one layer: crates/core/src/bounds.rs)
     for (k, name) in ["W_Q", "W_K", "W_V", "W_O", "W_1", "W_2"].iter().enumerate() {
-        consts.insert(name.to_string(), format!("{}u", ma[3 + k]));
+        consts.insert(name.to_string(), format!("{}u", ma[4 + k]));
     }
     for (k, name) in ["F_LN1", "F_LN2", "F_B1", "F_B2"].iter().enumerate() {
         consts.insert(name.to_string(), format!("{}u", va[k]));
@@ -193,7 +196,7 @@ fn program(file: &PackedCheckpoint, ix: &EbtIdx) -> Result<Program> {
     for (name, at) in [("F_OUTGAMMA", va[tail]), ("F_HEADB", va[tail + 1]), ("F_A", va[tail + 2])] {
         consts.insert(name.to_string(), format!("{at}u"));
     }
-    consts.insert("W_LAYER".into(), format!("{}u", layer_stride(ma, 3, 6, layers, "matrices")?));
+    consts.insert("W_LAYER".into(), format!("{}u", layer_stride(ma, 4, 6, layers, "matrices")?));
     consts.insert("F_LAYER".into(), format!("{}u", layer_stride(va, 0, 4, layers, "vectors")?));
     let qd = ix.layers.first().map_or(0, |g| w[g.wq].len() / cfg.d_model);
     let h = cfg.n_head;
@@ -212,6 +215,7 @@ fn program(file: &PackedCheckpoint, ix: &EbtIdx) -> Result<Program> {
         ("L", format!("{layers}u")),
         ("LAYER_NORM", b(cfg.norm == NormKind::LayerNorm)),
         ("GELU", b(cfg.activation == Activation::Gelu)),
+        ("PROBS", b(cfg.ebt_update == EbtUpdate::Probs)),
         ("EPS", format!("{:e}", cfg.eps as f32)),
         ("SCALE", format!("{:e}", 1.0 / ((qd / h) as f32).sqrt())),
         ("RISE_TOL", format!("{RISE_TOL:e}")),

@@ -5,10 +5,10 @@
 //! Per batch the real stream runs once (the GPT layers of gpt_baselines.rs,
 //! keeping each layer's keys and values; of the last layer only those, as
 //! nothing reads its output). Per thinking step s, with z(s)
-//! detached: the prediction stream's forward and its input-gradient pass give
-//! g = dE/dz (predict.rs); z(s+1) = z(s) - a s_A g + noise and its
-//! cross-entropy give dL/dz(s+1); the loss reaches the parameters only through
-//! g, so its gradient is that of a directional derivative of E, taken by a
+//! detached and its Langevin noise added: the prediction stream's forward and
+//! its input-gradient pass give g = dE/dz or dE/dy (predict.rs); z(s+1) =
+//! z(s) - a s_A g (or softmax(z(s)) - a s_A g) and its cross-entropy give
+//! dL/dz(s+1); the loss reaches the parameters only through g, so its gradient is that of a directional derivative of E, taken by a
 //! tangent pass and its reverse (second.rs: exact second order, not a
 //! finite-difference Hessian-vector product, so the agreement with candle is
 //! f32 round-off and no step size has to be tuned). The gradients every
@@ -28,7 +28,7 @@ pub mod think;
 use std::sync::Mutex;
 
 use anyhow::{bail, ensure, Result};
-use nrgpt_core::ebt::{ThinkPlan, MIN_STEP};
+use nrgpt_core::ebt::{EnergyLoss, ThinkPlan, MIN_STEP};
 use nrgpt_core::layout::{Body, EbtIdx, WeightLayout};
 use nrgpt_core::model::Weights;
 use nrgpt_core::{Arch, ModelConfig};
@@ -48,6 +48,8 @@ pub struct FlatPlan {
     pub steps: usize,
     pub step_scale: Option<Vec<f32>>,
     pub langevin: Vec<Vec<f32>>,
+    pub final_only: bool,
+    pub energy_loss: EnergyLoss,
 }
 
 impl FlatPlan {
@@ -58,6 +60,8 @@ impl FlatPlan {
             steps: plan.steps,
             step_scale: plan.step_scale.as_ref().map(flat).transpose()?,
             langevin: plan.langevin.iter().map(flat).collect::<Result<_>>()?,
+            final_only: plan.final_only,
+            energy_loss: plan.energy_loss,
         })
     }
 }
@@ -80,6 +84,8 @@ struct ChunkPlan<'a> {
     scale: Option<&'a [f32]>,
     langevin: Vec<&'a [f32]>,
     steps: usize,
+    final_only: bool,
+    energy_loss: EnergyLoss,
     /// Tokens in the whole batch (the cross-entropy's mean).
     total: usize,
 }
@@ -129,6 +135,8 @@ impl FastEbt {
                 scale: plan.step_scale.as_ref().map(|s| &s[row0..row0 + rows]),
                 langevin: plan.langevin.iter().take(plan.steps).map(|e| &e[row0 * v..(row0 + rows) * v]).collect(),
                 steps: plan.steps,
+                final_only: plan.final_only,
+                energy_loss: plan.energy_loss,
                 total,
             };
             chunk(cfg, lay, ix, params, pt, ws, &ids[row0..row0 + rows], &tgt[row0..row0 + rows], &cp);
@@ -185,6 +193,52 @@ fn step_size(ix: &EbtIdx, p: &[Vec<f32>]) -> (f32, f64) {
     }
 }
 
+/// The losses on the energy's level ([`EnergyLoss`]), their values into
+/// `ws.loss_sum` and their gradients into `ws.grads`, after the thinking
+/// steps: `ws.z` holds z(S), `ws.z_next` the last step's input.
+#[allow(clippy::too_many_arguments)]
+fn energy_losses(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut EbtWorkspace, tgt: &[u32], plan: &ChunkPlan, guess_energy: &[f32]) {
+    let v = ws.dims.v;
+    let EnergyLoss { contrastive, calibrate } = plan.energy_loss;
+    let inv_total = 1.0 / plan.total as f64;
+    if calibrate > 0.0 {
+        // (E(z(S)) - CE(z(S)))^2, the cross-entropy held fixed
+        predict::forward(cfg, lay, ix, p, pt, ws);
+        let energy = predict::energies(lay, p, ws);
+        let mut c = vec![0f32; energy.len()];
+        for (row, (zr, &t)) in ws.z.chunks_exact(v).zip(tgt).enumerate() {
+            let mx = zr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let lse = mx as f64 + zr.iter().map(|&x| ((x - mx) as f64).exp()).sum::<f64>().ln();
+            let gap = energy[row] as f64 - (lse - zr[t as usize] as f64);
+            ws.loss_sum += calibrate * gap * gap;
+            c[row] = (2.0 * calibrate * gap * inv_total) as f32;
+        }
+        second::energy_backward(cfg, lay, ix, p, ws, &c);
+    }
+    if contrastive > 0.0 {
+        // softplus(E(one-hot truth) - E(guess)): d/dE(truth) = sigmoid(gap) = -d/dE(guess)
+        ws.y.fill(0.0);
+        for (row, &t) in tgt.iter().enumerate() {
+            ws.y[row * v + t as usize] = 1.0;
+        }
+        predict::forward_at_y(cfg, lay, ix, p, pt, ws);
+        let real = predict::energies(lay, p, ws);
+        let mut c = vec![0f32; real.len()];
+        for (row, (&er, &eg)) in real.iter().zip(guess_energy).enumerate() {
+            let gap = (er - eg) as f64;
+            ws.loss_sum += contrastive * (gap.max(0.0) + (-gap.abs()).exp().ln_1p());
+            c[row] = (contrastive / (1.0 + (-gap).exp()) * inv_total) as f32;
+        }
+        second::energy_backward(cfg, lay, ix, p, ws, &c);
+        // the guess: the forward again at the last step's input
+        std::mem::swap(&mut ws.z, &mut ws.z_next);
+        predict::forward(cfg, lay, ix, p, pt, ws);
+        c.iter_mut().for_each(|x| *x = -*x);
+        second::energy_backward(cfg, lay, ix, p, ws, &c);
+        std::mem::swap(&mut ws.z, &mut ws.z_next);
+    }
+}
+
 /// Forward and backward of one chunk, every thinking step; leaves its gradients, loss and final z in `ws`.
 #[allow(clippy::too_many_arguments)]
 fn chunk(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut EbtWorkspace, ids: &[u32], tgt: &[u32], plan: &ChunkPlan) {
@@ -196,39 +250,50 @@ fn chunk(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt:
     real_stream(cfg, lay, ix, p, pt, ws, ids);
     let layers = ix.layers.len();
     let (a, dadlog) = step_size(ix, p);
-    let inv_steps = 1.0 / plan.steps as f32;
+    // each step's share of the loss: the mean over steps, or the last step alone
+    let weight = |s: usize| if plan.final_only { f32::from(u8::from(s + 1 == plan.steps)) } else { 1.0 / plan.steps as f32 };
     let mut dlog_a = 0.0f64;
+    // the energy at the last step's input (the contrastive loss's guess)
+    let mut guess_energy = Vec::new();
     ws.z.copy_from_slice(plan.z0);
     for s in 0..plan.steps {
-        predict::forward(cfg, lay, ix, p, pt, ws);
-        predict::input_grad(cfg, lay, ix, p, ws);
-        // z(s+1) = z(s) - a s_A g (+ noise); its cross-entropy, and dL/dz(s+1) (for the mean over steps) into u
-        let EbtWorkspace { z, z_next, g, u, zero_v, loss_sum, .. } = ws;
-        for (row, ((zn, zr), gr)) in z_next.chunks_exact_mut(v).zip(z.chunks_exact(v)).zip(g.chunks_exact(v)).enumerate() {
-            let step = a * plan.scale.map_or(1.0, |sc| sc[row]);
-            zn.iter_mut().zip(zr.iter().zip(gr)).for_each(|(o, (z, g))| *o = z - step * g);
-        }
         if let Some(noise) = plan.langevin.get(s) {
-            z_next.iter_mut().zip(noise.iter()).for_each(|(z, e)| *z += e);
+            ws.z.iter_mut().zip(noise.iter()).for_each(|(z, e)| *z += e);
         }
-        u.copy_from_slice(z_next);
-        *loss_sum += cross_entropy_rows(u, zero_v, tgt, v, plan.total) * inv_steps as f64;
-        // u = dL/dg = -a s_A dL/dz(s+1); dL/da = -sum_A s_A g_A . dL/dz(s+1)
-        for (row, (ur, gr)) in u.chunks_exact_mut(v).zip(g.chunks_exact(v)).enumerate() {
-            let sc = plan.scale.map_or(1.0, |sc| sc[row]);
-            let mut dot = 0.0f32;
-            for (x, g) in ur.iter_mut().zip(gr) {
-                *x *= inv_steps;
-                dot += *x * g;
-                *x *= -a * sc;
+        predict::forward(cfg, lay, ix, p, pt, ws);
+        if s + 1 == plan.steps && plan.energy_loss.contrastive > 0.0 {
+            guess_energy = predict::energies(lay, p, ws);
+        }
+        predict::input_grad(cfg, lay, ix, p, ws);
+        // z(s+1) = z(s) - a s_A g, or softmax(z(s)) - a s_A g
+        let EbtWorkspace { z, z_next, y, g, u, zero_v, loss_sum, .. } = ws;
+        z_next.copy_from_slice(z);
+        for (row, ((zn, yr), gr)) in z_next.chunks_exact_mut(v).zip(y.chunks_exact(v)).zip(g.chunks_exact(v)).enumerate() {
+            cfg.ebt_update.step_row(zn, yr, gr, a * plan.scale.map_or(1.0, |sc| sc[row]));
+        }
+        let w = weight(s);
+        if w > 0.0 {
+            // its cross-entropy, and dL/dz(s+1) (times the step's share) into u
+            u.copy_from_slice(z_next);
+            *loss_sum += cross_entropy_rows(u, zero_v, tgt, v, plan.total) * w as f64;
+            // u = dL/dg = -a s_A dL/dz(s+1); dL/da = -sum_A s_A g_A . dL/dz(s+1)
+            for (row, (ur, gr)) in u.chunks_exact_mut(v).zip(g.chunks_exact(v)).enumerate() {
+                let sc = plan.scale.map_or(1.0, |sc| sc[row]);
+                let mut dot = 0.0f32;
+                for (x, g) in ur.iter_mut().zip(gr) {
+                    *x *= w;
+                    dot += *x * g;
+                    *x *= -a * sc;
+                }
+                dlog_a -= (sc * dot) as f64 * dadlog;
             }
-            dlog_a -= (sc * dot) as f64 * dadlog;
+            second::tangent(cfg, lay, ix, p, pt, ws);
+            second::backward(cfg, lay, ix, p, ws);
         }
-        second::tangent(cfg, lay, ix, p, pt, ws);
-        second::backward(cfg, lay, ix, p, ws);
         std::mem::swap(&mut ws.z, &mut ws.z_next);
     }
     ws.grads[ix.log_a][0] += dlog_a as f32;
+    energy_losses(cfg, lay, ix, p, pt, ws, tgt, plan, &guess_energy);
     // the real stream's backward, once, from what every step sent its keys and values
     let EbtWorkspace { real, kbar, vbar, dx, dg, tmp_d, tmp_hd, dq, dk, dv, ta, nn, grads, .. } = ws;
     let (r, hd) = (dims.r, dims.hd);

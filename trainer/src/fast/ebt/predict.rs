@@ -5,7 +5,8 @@
 //! through dE/dz, which the second-order pass (second.rs) differentiates.
 
 use nrgpt_core::layout::{EbtIdx, GptIdx, WeightLayout};
-use nrgpt_core::ModelConfig;
+use nrgpt_core::scalar::softmax_row;
+use nrgpt_core::{EbtUpdate, ModelConfig};
 
 use super::attend;
 use super::tape::{AdjointTape, EbtWorkspace, PrimalTape};
@@ -15,25 +16,21 @@ use crate::fast::workspace::{Dims, LayerTape};
 
 /// y = softmax(z) per row of width v.
 pub fn softmax_rows(z: &[f32], v: usize, y: &mut [f32]) {
-    for (zr, yr) in z.chunks_exact(v).zip(y.chunks_exact_mut(v)) {
-        let mx = zr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0.0;
-        for (o, &x) in yr.iter_mut().zip(zr) {
-            *o = nrgpt_core::scalar::exp(x - mx);
-            sum += *o;
-        }
-        let inv = 1.0 / sum;
-        yr.iter_mut().for_each(|o| *o *= inv);
-    }
+    z.chunks_exact(v).zip(y.chunks_exact_mut(v)).for_each(|(zr, yr)| softmax_row(zr, yr));
 }
 
 /// The forward at `ws.z`: e = softmax(z) Emb + pos, the layers, the output norm.
 pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut EbtWorkspace) {
+    softmax_rows(&ws.z, ws.dims.v, &mut ws.y);
+    forward_at_y(cfg, lay, ix, p, pt, ws);
+}
+
+/// The forward at the probabilities `ws.y` (a one-hot truth, say).
+pub fn forward_at_y(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut EbtWorkspace) {
     let Dims { n, r, d, v, .. } = ws.dims;
     let dims = ws.dims;
-    let EbtWorkspace { real, pri, top, z, y, tmp_d, .. } = ws;
-    softmax_rows(z, v, y);
-    mm(&mut pri[0].p, View::rm(y, r, v), View::rm(&p[lay.tok], v, d), false, 1.0);
+    let EbtWorkspace { real, pri, top, y, tmp_d, .. } = ws;
+    mm(&mut pri[0].p, View::rm(y, r, v), View::rm(&p[ix.input], v, d), false, 1.0);
     for (row, x) in pri[0].p.chunks_exact_mut(d).enumerate() {
         x.iter_mut().zip(&p[lay.pos][(row % n) * d..]).for_each(|(x, e)| *x += e);
     }
@@ -44,6 +41,12 @@ pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>
         layer(cfg, &ix.layers[l], p, pt, &dims, &mut head[l], &real[l], out);
     }
     norm_fwd(cfg.norm, &top.p, &p[lay.out_gamma], cfg.eps as f32, d, &mut top.xh, &mut top.rstd, tmp_d);
+}
+
+/// E = w_E . N_out + b_E per row, from the last forward (it leaves N_out in `ws.tmp_d`).
+pub fn energies(lay: &WeightLayout, p: &[Vec<f32>], ws: &EbtWorkspace) -> Vec<f32> {
+    let d = ws.dims.d;
+    ws.tmp_d.chunks_exact(d).map(|g| g.iter().zip(&p[lay.head_w]).map(|(x, w)| x * w).sum::<f32>() + p[lay.head_b][0]).collect()
 }
 
 /// One pre-norm layer: attention over the real tokens B <= A and the prediction itself, then the MLP.
@@ -84,7 +87,8 @@ fn layer(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], pt: &[Vec<f32>], dims: 
     }
 }
 
-/// dE/dz into `ws.g` (E = w_E . N_out(p_L) + b_E per position), keeping every
+/// The step's gradient into `ws.g`, dE/dz (or dE/dy when the step moves the
+/// probabilities), for E = w_E . N_out(p_L) + b_E per position, keeping every
 /// layer's adjoints; `ws.e_bar` = dE/de.
 pub fn input_grad(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], ws: &mut EbtWorkspace) {
     let Dims { r, d, v, .. } = ws.dims;
@@ -102,8 +106,12 @@ pub fn input_grad(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f
         let below: &mut [f32] = if l > 0 { &mut head[l - 1].out } else { e_bar };
         layer_vjp(cfg, &ix.layers[l], p, &dims, &pri[l], &real[l], &mut tail[0], below, ta, gamma_sink);
     }
-    // dE/dz = (diag(y) - y y^T) Emb dE/de
-    mm(g, View::rm(e_bar, r, d), View::rm(&p[lay.tok], v, d).t(), false, 1.0);
+    // dE/dy = Emb dE/de
+    mm(g, View::rm(e_bar, r, d), View::rm(&p[ix.input], v, d).t(), false, 1.0);
+    if cfg.ebt_update == EbtUpdate::Probs {
+        return;
+    }
+    // dE/dz = (diag(y) - y y^T) dE/dy
     for (gr, yr) in g.chunks_exact_mut(v).zip(y.chunks_exact(v)) {
         let dot: f32 = gr.iter().zip(yr).map(|(a, b)| a * b).sum();
         gr.iter_mut().zip(yr).for_each(|(a, y)| *a = y * (*a - dot));

@@ -13,25 +13,31 @@
 //! `ws.kbar`, `ws.vbar` for the real stream's one backward per batch.
 
 use nrgpt_core::layout::{EbtIdx, GptIdx, WeightLayout};
-use nrgpt_core::ModelConfig;
+use nrgpt_core::{EbtUpdate, ModelConfig};
 
 use super::attend;
 use super::norm_tangent;
 use super::tape::{AdjointTape, EbtWorkspace, PrimalTape, TangentTape};
 use crate::fast::gemm::{mm, mm_ld, View};
-use crate::fast::math::col_sum_into;
+use crate::fast::math::{col_sum_into, norm_bwd};
 use crate::fast::workspace::{Dims, LayerTape};
 
-/// The tangents along `ws.u` (a direction in z), from y' = (diag y - y y^T) u up to N_out.
+/// The tangents along `ws.u` (a direction in z), from y' = (diag y - y y^T) u
+/// (or y' = u when the step moves the probabilities) up to N_out.
 pub fn tangent(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut EbtWorkspace) {
     let Dims { r, d, v, .. } = ws.dims;
     let dims = ws.dims;
     let EbtWorkspace { real, pri, tan, top, y, y_dot, u, .. } = ws;
-    for ((o, yr), ur) in y_dot.chunks_exact_mut(v).zip(y.chunks_exact(v)).zip(u.chunks_exact(v)) {
-        let dot: f32 = yr.iter().zip(ur).map(|(a, b)| a * b).sum();
-        o.iter_mut().zip(yr.iter().zip(ur)).for_each(|(o, (y, u))| *o = y * (u - dot));
+    match cfg.ebt_update {
+        EbtUpdate::Probs => y_dot.copy_from_slice(u),
+        EbtUpdate::Logits => {
+            for ((o, yr), ur) in y_dot.chunks_exact_mut(v).zip(y.chunks_exact(v)).zip(u.chunks_exact(v)) {
+                let dot: f32 = yr.iter().zip(ur).map(|(a, b)| a * b).sum();
+                o.iter_mut().zip(yr.iter().zip(ur)).for_each(|(o, (y, u))| *o = y * (u - dot));
+            }
+        }
     }
-    mm(&mut tan[0].p, View::rm(y_dot, r, v), View::rm(&p[lay.tok], v, d), false, 1.0);
+    mm(&mut tan[0].p, View::rm(y_dot, r, v), View::rm(&p[ix.input], v, d), false, 1.0);
     let layers = ix.layers.len();
     for l in 0..layers {
         let (head, tail) = tan.split_at_mut(l + 1);
@@ -78,21 +84,59 @@ fn layer_tangent(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], pt: &[Vec<f32>]
 /// parameter's gradient of F into `ws.grads` and the real keys' and values'
 /// into `ws.kbar`, `ws.vbar`.
 pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], ws: &mut EbtWorkspace) {
-    let Dims { n, r, d, v, .. } = ws.dims;
-    let dims = ws.dims;
-    let EbtWorkspace { real, kbar, vbar, pri, tan, adj, top, y, y_dot, e_bar, a, head_rows, tmp_d, tmp_hd, dq, dk, dv, ta, tb, nn, nv, grads, .. } = ws;
+    let d = ws.dims.d;
+    let EbtWorkspace { top, a, head_rows, grads, .. } = ws;
     // F = sum_A w_E . N_out'(A)
     col_sum_into(&top.n_dot, d, &mut grads[lay.head_w], 1.0);
     a.fill(0.0);
     norm_tangent::second_bwd(cfg.norm, &top.xh, &top.rstd, &p[lay.out_gamma], None, head_rows, &top.p_dot, &top.xh_dot, d, a, &mut grads[lay.out_gamma]);
+    through_layers(cfg, lay, ix, p, ws);
+}
+
+/// The parameter gradient of sum_A c_A E_A at the last forward (the primal
+/// tapes), accumulated into `ws.grads` (and the real keys' and values' into
+/// `ws.kbar`, `ws.vbar`): `backward`'s reverse with every tangent zero, so
+/// that only its first-order terms remain, seeded at the head with c_A w_E.
+/// The thinking loss reaches the energy only through its gradient; this is
+/// for the losses on the energy's own level (contrastive, calibration).
+pub fn energy_backward(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], ws: &mut EbtWorkspace, c: &[f32]) {
+    let d = ws.dims.d;
+    let EbtWorkspace { tan, top, y_dot, a, tmp_d, grads, .. } = ws;
+    for t in tan.iter_mut() {
+        let TangentTape { p, xh1, n1, q, ks, vs, sr, ss, pr, ps, att, p1, xh2, n2, u, s } = t;
+        for buf in [p, xh1, n1, q, ks, vs, sr, ss, pr, ps, att, p1, xh2, n2, u, s] {
+            buf.fill(0.0);
+        }
+    }
+    y_dot.fill(0.0);
+    // E = w_E . (gamma xh) + b_E per row
+    let gamma = &p[lay.out_gamma];
+    for ((xh, &ci), seed) in top.xh.chunks_exact(d).zip(c).zip(tmp_d.chunks_exact_mut(d)) {
+        for i in 0..d {
+            grads[lay.head_w][i] += ci * gamma[i] * xh[i];
+            seed[i] = ci * p[lay.head_w][i];
+        }
+        grads[lay.head_b][0] += ci;
+    }
+    a.fill(0.0);
+    norm_bwd(cfg.norm, tmp_d, &top.xh, &top.rstd, gamma, d, a, &mut grads[lay.out_gamma]);
+    through_layers(cfg, lay, ix, p, ws);
+}
+
+/// From `ws.a` = the adjoint at the top layer's output down through every
+/// layer to the candidate's input map and the position embedding.
+fn through_layers(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], ws: &mut EbtWorkspace) {
+    let Dims { n, r, d, v, .. } = ws.dims;
+    let dims = ws.dims;
+    let EbtWorkspace { real, kbar, vbar, pri, tan, adj, y, y_dot, e_bar, a, tmp_d, tmp_hd, dq, dk, dv, ta, tb, nn, nv, grads, .. } = ws;
     let mut sc = Scratch { tmp_d, tmp_hd, qb: dq, kb: dk, vb: dv, ta, tb, nn, nv };
     for l in (0..ix.layers.len()).rev() {
         let kv = (&mut kbar[l][..], &mut vbar[l][..]);
         layer_backward(cfg, &ix.layers[l], p, &dims, &pri[l], &tan[l], &adj[l], &real[l], a, kv, &mut sc, grads);
     }
     // e = y Emb + pos, e' = y' Emb
-    mm(&mut grads[lay.tok], View::rm(y, r, v).t(), View::rm(a, r, d), true, 1.0);
-    mm(&mut grads[lay.tok], View::rm(y_dot, r, v).t(), View::rm(e_bar, r, d), true, 1.0);
+    mm(&mut grads[ix.input], View::rm(y, r, v).t(), View::rm(a, r, d), true, 1.0);
+    mm(&mut grads[ix.input], View::rm(y_dot, r, v).t(), View::rm(e_bar, r, d), true, 1.0);
     for (row, ar) in a.chunks_exact(d).enumerate() {
         grads[lay.pos][(row % n) * d..(row % n + 1) * d].iter_mut().zip(ar).for_each(|(g, x)| *g += x);
     }

@@ -22,8 +22,9 @@ pub struct Trajectory {
 }
 
 impl FastEbt {
-    /// Thinks `steps` steps of z <- z - a dE/dz from `z0` (batch * block rows
-    /// of V) for the windows `ids` (batch * block tokens), without noise.
+    /// Thinks `steps` steps of the model's update (z <- z - a dE/dz, or
+    /// softmax(z) - a dE/dy) from `z0` (batch * block rows of V) for the
+    /// windows `ids` (batch * block tokens), without noise.
     pub fn think(&mut self, ids: &[u32], z0: &[f32], steps: usize) -> Result<Trajectory> {
         let (n, v) = (self.cfg.block_size, self.cfg.vocab_size);
         let total = self.batch * n;
@@ -46,16 +47,14 @@ impl FastEbt {
             let mut out = parts[i].lock().unwrap();
             for s in 0..=steps {
                 predict::forward(cfg, lay, ix, p, pt, ws);
-                // E = head(out_norm(p)): forward leaves the normalised rows in tmp_d
-                let d = ws.dims.d;
-                let e = ws.tmp_d.chunks_exact(d).map(|g| g.iter().zip(&p[lay.head_w]).map(|(x, w)| x * w).sum::<f32>() + p[lay.head_b][0]);
-                out.energies.push(e.collect());
+                out.energies.push(predict::energies(lay, p, ws));
                 out.logits.push(ws.z.clone());
                 if s < steps {
                     predict::input_grad(cfg, lay, ix, p, ws);
-                    // z <- z - a dE/dz
-                    let EbtWorkspace { z, g, .. } = ws;
-                    z.iter_mut().zip(g.iter()).for_each(|(z, g)| *z -= a * g);
+                    let EbtWorkspace { z, y, g, .. } = ws;
+                    for ((zr, yr), gr) in z.chunks_exact_mut(v).zip(y.chunks_exact(v)).zip(g.chunks_exact(v)) {
+                        cfg.ebt_update.step_row(zr, yr, gr, a);
+                    }
                 }
             }
         });

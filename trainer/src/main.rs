@@ -114,7 +114,8 @@ struct TrainArgs {
     /// EBT: coefficient of the reference's contrastive loss, softplus(E(truth) - E(guess)).
     #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
     ebt_contrastive: f64,
-    /// EBT: coefficient of (E(final) - its cross-entropy)^2, so the energy estimates the loss (ours).
+    /// EBT: coefficient of minus the correlation, per sequence, of the final energy with the final
+    /// loss, so the energy tracks difficulty (ours).
     #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
     ebt_calibrate: f64,
     /// EBT: std of the Langevin noise added to the candidate before every thinking step.

@@ -32,7 +32,7 @@ pub struct EbtRegularisers {
     /// Coefficient of the contrastive energy loss (0: off).
     #[serde(default)]
     pub contrastive: f64,
-    /// Coefficient of the energy's calibration to the final loss (0: off).
+    /// Coefficient of minus the energy-loss correlation per sequence (0: off).
     #[serde(default)]
     pub calibrate: f64,
 }

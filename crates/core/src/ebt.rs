@@ -95,10 +95,31 @@ pub struct EnergyLoss {
     /// the true character's one-hot against the last step's input (its
     /// `predicted_energies[-1]`), so the truth lies lower than the guess.
     pub contrastive: f64,
-    /// Ours: (E(z(S)) - CE(z(S)))^2 with the cross-entropy held fixed, so
-    /// the final energy estimates the final loss (and self-verification,
-    /// the lowest energy, picks the candidate expected to be right).
+    /// Ours: minus the Pearson correlation, within each sequence, of the
+    /// final energy E(z(S)) with the final cross-entropy (held fixed), so a
+    /// character's energy says how hard it is. Scale-free on purpose: the
+    /// thinking step needs the energy steep, and a squared error to the loss
+    /// (tried first) fought that and diverged within 100 iterations.
     pub calibrate: f64,
+}
+
+/// The stabiliser of [`sequence_correlation`]'s denominator.
+pub const CORR_EPS: f64 = 1e-12;
+
+/// Pearson's r of `e` with `l` over one sequence, `S_el / sqrt(S_ee S_ll +
+/// CORR_EPS)` (S the centred sums), and its gradient with respect to `e`.
+/// Written once for the f32 paths; the oracle writes it in tensors.
+pub fn sequence_correlation(e: &[f32], l: &[f32]) -> (f64, Vec<f32>) {
+    let n = e.len() as f64;
+    let (me, ml) = (e.iter().map(|&x| x as f64).sum::<f64>() / n, l.iter().map(|&x| x as f64).sum::<f64>() / n);
+    let de: Vec<f64> = e.iter().map(|&x| x as f64 - me).collect();
+    let dl: Vec<f64> = l.iter().map(|&x| x as f64 - ml).collect();
+    let (see, sll) = (de.iter().map(|x| x * x).sum::<f64>(), dl.iter().map(|x| x * x).sum::<f64>());
+    let sel: f64 = de.iter().zip(&dl).map(|(a, b)| a * b).sum();
+    let root = (see * sll + CORR_EPS).sqrt();
+    // dr/de_i = dl_i / R - S_el S_ll de_i / R^3 (the centring drops out: sum dl = sum de = 0)
+    let grad = de.iter().zip(&dl).map(|(de, dl)| (dl / root - sel * sll * de / root.powi(3)) as f32).collect();
+    (sel / root, grad)
 }
 
 /// How self-verification picks one of N thought candidates, per character.
@@ -316,10 +337,15 @@ impl Ebt {
             loss = (loss + (softplus.mean_all()? * contrastive)?)?;
         }
         if calibrate > 0.0 {
-            // (E(z(S)) - CE(z(S)))^2, the cross-entropy held fixed
-            let energy = self.energy_grad(&ctx, &z, false)?.energy.flatten_all()?;
-            let ce = crate::model::char_cross_entropy(&z, targets)?.detach();
-            loss = (loss + ((energy - ce)?.sqr()?.mean_all()? * calibrate)?)?;
+            // minus the mean over sequences of corr(E(z(S)), CE(z(S))), the cross-entropy held fixed
+            let energy = self.energy_grad(&ctx, &z, false)?.energy;
+            let ce = crate::model::char_cross_entropy(&z, targets)?.reshape(energy.shape())?.detach();
+            let centre = |t: &Tensor| t.broadcast_sub(&t.mean_keepdim(D::Minus1)?);
+            let (de, dl) = (centre(&energy)?, centre(&ce)?);
+            let sum = |t: Tensor| t.sum_keepdim(D::Minus1);
+            let root = ((sum(de.sqr()?)? * sum(dl.sqr()?)?)? + CORR_EPS)?.sqrt()?;
+            let r = (sum((&de * &dl)?)? / root)?;
+            loss = (loss - (r.mean_all()? * calibrate)?)?;
         }
         Ok((loss, z))
     }

@@ -85,7 +85,8 @@ impl EbtDecoder {
         let layers = ix.layers.clone();
         let qd = layers.first().map_or(0, |l| w[l.wq].len() / cfg.d_model);
         let cache = vec![Vec::new(); layers.len()];
-        Ok(Self { cfg, lay, layers, w, a, input: ix.input, qd, keys: cache.clone(), values: cache, n: 0 })
+        let input = ix.input;
+        Ok(Self { cfg, lay, layers, w, a, input, qd, keys: cache.clone(), values: cache, n: 0 })
     }
 
     pub fn config(&self) -> &ModelConfig {

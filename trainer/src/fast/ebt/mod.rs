@@ -28,7 +28,7 @@ pub mod think;
 use std::sync::Mutex;
 
 use anyhow::{bail, ensure, Result};
-use nrgpt_core::ebt::{EnergyLoss, ThinkPlan, MIN_STEP};
+use nrgpt_core::ebt::{sequence_correlation, EnergyLoss, ThinkPlan, MIN_STEP};
 use nrgpt_core::layout::{Body, EbtIdx, WeightLayout};
 use nrgpt_core::model::Weights;
 use nrgpt_core::{Arch, ModelConfig};
@@ -202,16 +202,21 @@ fn energy_losses(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f3
     let EnergyLoss { contrastive, calibrate } = plan.energy_loss;
     let inv_total = 1.0 / plan.total as f64;
     if calibrate > 0.0 {
-        // (E(z(S)) - CE(z(S)))^2, the cross-entropy held fixed
+        // minus the mean over sequences of corr(E(z(S)), CE(z(S))), the cross-entropy held fixed
         predict::forward(cfg, lay, ix, p, pt, ws);
         let energy = predict::energies(lay, p, ws);
-        let mut c = vec![0f32; energy.len()];
-        for (row, (zr, &t)) in ws.z.chunks_exact(v).zip(tgt).enumerate() {
+        let ce: Vec<f32> = ws.z.chunks_exact(v).zip(tgt).map(|(zr, &t)| {
             let mx = zr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let lse = mx as f64 + zr.iter().map(|&x| ((x - mx) as f64).exp()).sum::<f64>().ln();
-            let gap = energy[row] as f64 - (lse - zr[t as usize] as f64);
-            ws.loss_sum += calibrate * gap * gap;
-            c[row] = (2.0 * calibrate * gap * inv_total) as f32;
+            (lse - zr[t as usize] as f64) as f32
+        }).collect();
+        let n = ws.dims.n;
+        let mut c = Vec::with_capacity(energy.len());
+        for (e, l) in energy.chunks_exact(n).zip(ce.chunks_exact(n)) {
+            let (r, grad) = sequence_correlation(e, l);
+            // each sequence's r weighs n / total in the loss, a mean over sequences
+            ws.loss_sum -= calibrate * r * n as f64;
+            c.extend(grad.iter().map(|g| (-calibrate * n as f64 * inv_total * *g as f64) as f32));
         }
         second::energy_backward(cfg, lay, ix, p, ws, &c);
     }

@@ -27,7 +27,8 @@ fn assert_same(what: &str, engine: &TokenTrace, oracle: &TokenTrace) {
     assert_eq!(engine.steps_used, oracle.steps_used, "{what}: steps used");
     assert_eq!(engine.candidates.len(), oracle.candidates.len(), "{what}: candidates");
     let d = max_diff(&engine.logits, &oracle.logits);
-    assert!(d < 1e-3, "{what}: logits differ by {d}");
+    let big = oracle.logits.iter().fold(0f32, |m, x| m.max(x.abs()));
+    assert!(d < 1e-3, "{what}: logits differ by {d} (largest |logit| {big})");
     for (c, (e, o)) in engine.candidates.iter().zip(&oracle.candidates).enumerate() {
         assert_eq!(e.len(), o.len(), "{what}: candidate {c} thought {} steps in the engine ({e:?}), {} in the oracle ({o:?})", e.len() - 1, o.len() - 1);
         let scale = o.iter().fold(1.0f32, |m, x| m.max(x.abs()));
@@ -63,12 +64,17 @@ fn incremental_decoder_thinks_as_the_oracle_one_character_at_a_time() {
         cfg.ebt_update = update;
         // the probabilities' step with its own input map (the reference's S2 pair)
         cfg.ebt_input = if update == EbtUpdate::Probs { EbtInput::Own } else { EbtInput::Tied };
+        // The probabilities' step with these random weights (std 0.3) is an
+        // expanding map past ~8 steps: at 12 the engine and the oracle agree to
+        // 5e-6 for 8 steps, then f32 round-off grows 7x a step (0.005 at step
+        // 12). Its early-exit case thinks at most 6 steps.
+        let long = if update == EbtUpdate::Probs { 6 } else { 12 };
         // a step of 8 overshoots, so accept-only-lower has steps to refuse
         for (o, a) in [
             (opts(3, 1, Verify::MinEnergy, false, None), 0.5),
             (opts(6, 4, Verify::MinEnergy, false, None), 0.5),
             (opts(6, 4, Verify::MaxGap, true, None), 8.0),
-            (opts(12, 3, Verify::MinEnergy, false, Some(0.05)), 0.5),
+            (opts(long, 3, Verify::MinEnergy, false, Some(0.05)), 0.5),
         ] {
             let ck = ebt_checkpoint(&cfg, 5, a);
             let (mut engine, mut oracle) = (decoder(&ck), EbtSession::new(&ck).unwrap());

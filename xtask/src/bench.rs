@@ -122,6 +122,10 @@ pub(crate) struct Reply {
 }
 
 impl Reply {
+    pub(crate) fn value(&self) -> &Value {
+        &self.value
+    }
+
     pub(crate) fn f64(&self, key: &str) -> Result<f64> {
         self.value.get(key).and_then(Value::as_f64).with_context(|| format!("`{}` printed no number `{key}` in {}", self.cmd, self.value))
     }

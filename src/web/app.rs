@@ -149,6 +149,15 @@ impl Ui {
         }
     }
 
+    /// Whether colouring by final energy means something for the model
+    /// picked: always for an NRGPT (its energy is what each state descends);
+    /// for an EBT only when its energy tracks a character's loss (the
+    /// manifest's measured r), since its level is otherwise free.
+    fn energy_colour_offered(self) -> bool {
+        !self.is_ebt()
+            || self.models.with(|m| m.get(self.model_idx.get()).and_then(|m| m.energy_loss_r).is_some_and(|r| r >= manifest::MEANINGFUL_ENERGY_R))
+    }
+
     /// Whether the model picked is an EBT: the loaded checkpoint's word, or
     /// the manifest's while it loads (so the controls do not flicker).
     fn is_ebt(self) -> bool {
@@ -268,6 +277,9 @@ impl Ui {
     fn load_model(self, idx: usize, keep_text: bool) {
         let Some(entry) = self.models.with_untracked(|m| m.get(idx).cloned()) else { return };
         self.model_idx.set(idx);
+        if self.color.get_untracked() == ColorMode::Energy && !self.energy_colour_offered() {
+            self.color.set(ColorMode::Plain);
+        }
         stop_replay();
         PENDING.with(|p| p.borrow_mut().clear());
         self.watch.finish();
@@ -823,7 +835,7 @@ pub fn App() -> impl IntoView {
                             {[(ColorMode::Plain, "none", "plain"), (ColorMode::Energy, "final energy", "energy"), (ColorMode::Steps, "steps used", "steps")]
                                 .into_iter()
                                 .map(|(mode, label, id)| view! {
-                                    <label>
+                                    <label hidden=move || mode == ColorMode::Energy && !ui.energy_colour_offered()>
                                         <input type="radio" name="color" id=format!("color-{id}") prop:checked=move || ui.color.get() == mode
                                             on:change=move |_| ui.color.set(mode) />
                                         {label}

@@ -239,6 +239,7 @@ pub fn ListOpsPanel(open: RwSignal<bool>) -> impl IntoView {
                         arch: String::new(),
                         params: 0,
                         size: 0,
+                        energy_loss_r: None,
                     };
                     // tiny: the CPU engine answers at once, and exactly as `trainer listops-answer`
                     let engine = EngineChoice { cpu_because: Some("a ListOps model is tiny".into()), gpu_trusted: false };

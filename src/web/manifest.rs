@@ -19,7 +19,15 @@ pub struct ModelEntry {
     pub params: usize,
     /// Bytes.
     pub size: u64,
+    /// An EBT's measured correlation of a character's final energy with its
+    /// loss on val (`cargo xtask bench --ebt`); absent: not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_loss_r: Option<f64>,
 }
+
+/// The correlation from which an EBT's energy is shown as a colour: below
+/// it the energy says little about which characters are hard.
+pub const MEANINGFUL_ENERGY_R: f64 = 0.3;
 
 #[derive(Debug, Clone, Deserialize)]
 struct Manifest {

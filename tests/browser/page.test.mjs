@@ -555,6 +555,11 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       assert.equal(await page.inputValue('#think-steps'), String(EBT.trainedSteps), 'thinking steps default to the checkpoint S');
       assert.equal(await page.$('#steps'), null, 'no NRGPT recursion-steps field');
       assert.equal(await page.$('#output .ch'), null, 'the previous model\'s text is cleared');
+      // colour by final energy is offered only when the EBT's energy tracks a character's loss
+      const manifest = JSON.parse(fs.readFileSync(path.join(path.dirname(env('EBT_CKPT')), 'manifest.json'), 'utf8'));
+      const r = manifest.models.find((m) => m.arch === 'ebt')?.energy_loss_r;
+      const offered = await page.isVisible('#color-energy');
+      assert.equal(offered, typeof r === 'number' && r >= 0.3, `colour by energy offered: ${offered}, the EBT's measured r: ${r}`);
     });
 
     test(`EBT: ${EBT.len} characters equal to the native reference (S = ${EBT.steps}, N = ${EBT.samples}), with every candidate's curve`, async () => {

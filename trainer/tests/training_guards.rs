@@ -108,6 +108,18 @@ fn resume_refuses_what_it_cannot_honour() {
 }
 
 #[test]
+fn ebt_flags_on_another_model_and_its_preset_on_another_model_are_refused_by_name() {
+    for (model, extra) in [("gpt", &["--ebt-langevin", "0.5", "--ebt-truncate"][..]), ("nrgpt-ff2w", &["--ebt-update", "probs"][..]), ("gpt", &["--preset", "ebt-s2"][..])] {
+        let out = tmp(&format!("not-ebt-{model}-{}", extra[0]));
+        let o = train(&out, &[TINY, &["--model", model, "--iters", "2"], extra].concat());
+        let err = stderr(&o);
+        let named = if extra[0] == "--preset" { "--preset ebt-s2 is EBT's System-2 recipe; --model is gpt".to_string() } else { format!("{} only apply to --model ebt", extra.iter().filter(|a| a.starts_with("--")).copied().collect::<Vec<_>>().join(", ")) };
+        assert!(!o.status.success() && err.contains(&named), "expected `{named}` in: {err}");
+        assert!(!out.join("ckpt.safetensors").exists(), "nothing trained");
+    }
+}
+
+#[test]
 fn ebt_refuses_either_dropout_by_its_flag() {
     for flag in ["--dropout", "--attn-dropout"] {
         let out = tmp(&format!("ebt{flag}"));

@@ -23,6 +23,10 @@ flags() {
     s2-step5) echo "--preset ebt-s2 --ebt-step-size 5" ;;
     s2-tied) echo "--preset ebt-s2 --ebt-input tied" ;;
     s2-tied-step5) echo "--preset ebt-s2 --ebt-input tied --ebt-step-size 5" ;;
+    s2-tied-cal) echo "--preset ebt-s2 --ebt-input tied --ebt-calibrate 1" ;;
+    s2-tied-con) echo "--preset ebt-s2 --ebt-input tied --ebt-contrastive 0.5" ;;
+    contrastive) echo "${base[*]} --ebt-contrastive 0.5" ;;
+    calibrate) echo "${base[*]} --ebt-calibrate 1" ;;
     s2-nolangevin) echo "--preset ebt-s2 --ebt-langevin 0" ;;
     s2-noreplay) echo "--preset ebt-s2 --ebt-replay 0" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;

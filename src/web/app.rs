@@ -898,7 +898,10 @@ pub fn App() -> impl IntoView {
                             <div class="figs ebt">
                                 <figure>
                                     <CandidateCurves token=current step=step />
-                                    <figcaption>"Each guess's energy per thinking step, z ← z − α∇E. Self-verification keeps the lowest final energy (thick)."</figcaption>
+                                    <figcaption>
+                                        {move || format!("Each guess's energy per thinking step, {}. Self-verification keeps the lowest final energy (thick).",
+                                            ui.info.with(|i| i.as_ref().map(|i| i.think_step.clone()).unwrap_or_default()))}
+                                    </figcaption>
                                 </figure>
                             </div>
                         }.into_any()

@@ -78,6 +78,8 @@ pub struct ModelInfo {
     pub d_model: usize,
     pub vocab: String,
     pub params: usize,
+    /// An EBT's thinking step, as the page writes it (empty for the others).
+    pub think_step: String,
     /// e.g. "WebGPU engine" or "CPU engine (wasm)".
     pub backend: String,
     /// Why the CPU engine runs (no adapter, or an EBT on an adapter not known

@@ -243,6 +243,11 @@ async fn load(host: Rc<Host>, s: Rc<SessionState>, url: String, choice: EngineCh
         d_model: cfg.d_model,
         vocab: engine.vocab().chars().iter().collect(),
         params: nrgpt_core::model::num_params(cfg),
+        think_step: match (cfg.arch, cfg.ebt_update) {
+            (nrgpt_core::Arch::Ebt, nrgpt_core::EbtUpdate::Logits) => "z ← z − α∇E".into(),
+            (nrgpt_core::Arch::Ebt, nrgpt_core::EbtUpdate::Probs) => "z ← softmax(z) − α∇E".into(),
+            _ => String::new(),
+        },
         backend: engine.backend(),
         backend_note: choice.cpu_because.clone().or_else(|| engine.backend_note()),
         from_cache,

@@ -30,7 +30,7 @@ const LONGTASK_LIMIT_MS = Number(process.env.LONGTASK_LIMIT_MS ?? 200);
 fs.mkdirSync(OUT, { recursive: true });
 
 /** Recursion steps T from the checkpoint's safetensors header. */
-function checkpointSteps(file) {
+function checkpointConfig(file) {
   const fd = fs.openSync(file, 'r');
   const len = Buffer.alloc(8);
   fs.readSync(fd, len, 0, 8, 0);
@@ -38,8 +38,9 @@ function checkpointSteps(file) {
   const header = Buffer.alloc(n);
   fs.readSync(fd, header, 0, n, 8);
   fs.closeSync(fd);
-  return JSON.parse(JSON.parse(header.toString('utf8')).__metadata__.config).steps;
+  return JSON.parse(JSON.parse(header.toString('utf8')).__metadata__.config);
 }
+const checkpointSteps = (file) => checkpointConfig(file).steps;
 const T = checkpointSteps(env('CKPT'));
 const EBT = {
   len: Number(env('EBT_LEN')),
@@ -610,6 +611,9 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       // Best-of-N by minimum final energy: the kept curve ends lowest (largest y on screen)
       const endY = (c) => c.pts[c.pts.length - 1][1];
       assert.ok(curves.every((c) => endY(kept) >= endY(c) - 0.05), 'the kept candidate has the lowest final energy');
+      // the caption names the step this checkpoint takes (on the probabilities, or the logits)
+      const step = checkpointConfig(env('EBT_CKPT')).ebt_update === 'probs' ? 'z ← softmax(z) − α∇E' : 'z ← z − α∇E';
+      assert.ok((await page.$$eval('figcaption', (fs) => fs.map((f) => f.textContent))).some((t) => t.includes(`thinking step, ${step}.`)), `a caption names the step ${step}`);
       const legend = await page.textContent('#cand-kept');
       assert.match(legend, new RegExp(`kept: candidate ${kept.candidate + 1} of ${EBT.samples}`));
       const rows = await page.$$eval('table.cands tbody tr', (els) => els.map((r) => r.querySelectorAll('td').length));

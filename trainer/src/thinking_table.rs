@@ -13,6 +13,7 @@ use nrgpt_core::ModelConfig;
 use crate::data::all_windows;
 use crate::fast::ebt::think::initial_logits;
 use crate::fast::ebt::FastEbt;
+use crate::fast::math::char_losses;
 use crate::fast::num_threads;
 
 /// The noise stream of the table's candidates (fixed: reruns agree).
@@ -43,18 +44,6 @@ pub struct TextTable {
     /// Up to 2,000 (energy, loss) pairs of that correlation, for a plot.
     #[serde(skip)]
     pub points: Vec<(f64, f64)>,
-}
-
-/// Per-row cross-entropy of softmax(z) (rows of `v`) against `y`: lse(z) - z_y.
-fn char_losses(z: &[f32], y: &[u32], v: usize) -> Vec<f64> {
-    z.chunks_exact(v)
-        .zip(y)
-        .map(|(row, &t)| {
-            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-            let lse = mx + row.iter().map(|&x| (x as f64 - mx).exp()).sum::<f64>().ln();
-            lse - row[t as usize] as f64
-        })
-        .collect()
 }
 
 fn widen(e: &[f32]) -> Vec<f64> {

@@ -238,3 +238,15 @@ pub fn dropped_probs<'a>(pb: &'a [f32], mask: Option<&[f32]>, at: usize, scratch
         None => pb,
     }
 }
+
+/// Per-row cross-entropy of softmax(z) (rows of `v`) against `y`: lse(z) - z_y.
+pub fn char_losses(z: &[f32], y: &[u32], v: usize) -> Vec<f64> {
+    z.chunks_exact(v)
+        .zip(y)
+        .map(|(row, &t)| {
+            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let lse = mx + row.iter().map(|&x| (x as f64 - mx).exp()).sum::<f64>().ln();
+            lse - row[t as usize] as f64
+        })
+        .collect()
+}

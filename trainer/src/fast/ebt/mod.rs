@@ -8,7 +8,8 @@
 //! detached and its Langevin noise added: the prediction stream's forward and
 //! its input-gradient pass give g = dE/dz or dE/dy (predict.rs); z(s+1) =
 //! z(s) - a s_A g (or softmax(z(s)) - a s_A g) and its cross-entropy give
-//! dL/dz(s+1); the loss reaches the parameters only through g, so its gradient is that of a directional derivative of E, taken by a
+//! dL/dz(s+1); the loss reaches the parameters only through g, so its
+//! gradient is that of a directional derivative of E, taken by a
 //! tangent pass and its reverse (second.rs: exact second order, not a
 //! finite-difference Hessian-vector product, so the agreement with candle is
 //! f32 round-off and no step size has to be tuned). The gradients every
@@ -38,7 +39,7 @@ use super::buffers::Buffers;
 use super::forward::embed;
 use super::gpt_baselines::{layer_backward, layer_forward, LayerScratch};
 use super::gemm::{mm, View};
-use super::math::{cross_entropy_rows, norm_bwd, norm_fwd};
+use super::math::{char_losses, cross_entropy_rows, norm_bwd, norm_fwd};
 use super::{run_chunks, sum_in_order, SEQS_PER_CHUNK};
 use tape::EbtWorkspace;
 
@@ -205,11 +206,7 @@ fn energy_losses(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f3
         // minus the mean over sequences of corr(E(z(S)), CE(z(S))), the cross-entropy held fixed
         predict::forward(cfg, lay, ix, p, pt, ws);
         let energy = predict::energies(lay, p, ws);
-        let ce: Vec<f32> = ws.z.chunks_exact(v).zip(tgt).map(|(zr, &t)| {
-            let mx = zr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let lse = mx as f64 + zr.iter().map(|&x| ((x - mx) as f64).exp()).sum::<f64>().ln();
-            (lse - zr[t as usize] as f64) as f32
-        }).collect();
+        let ce: Vec<f32> = char_losses(&ws.z, tgt, v).into_iter().map(|l| l as f32).collect();
         let n = ws.dims.n;
         let mut c = Vec::with_capacity(energy.len());
         for (e, l) in energy.chunks_exact(n).zip(ce.chunks_exact(n)) {

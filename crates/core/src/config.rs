@@ -160,13 +160,6 @@ pub enum EbtUpdate {
 }
 
 impl EbtUpdate {
-    pub fn name(self) -> &'static str {
-        match self {
-            EbtUpdate::Logits => "logits",
-            EbtUpdate::Probs => "probs",
-        }
-    }
-
     /// One thinking step of one candidate row, in f32: `z <- z - a g`
     /// (logits) or `z <- y - a g` (probs), with `y = softmax(z)` and `g` the
     /// gradient this update takes (dE/dz or dE/dy). Every f32 path steps
@@ -190,15 +183,6 @@ pub enum EbtInput {
     /// `e = softmax(z)^T W_in`, a V x D map of its own: the reference's
     /// default `vocab_to_embed = Linear(V, D)`, which its S2 script uses.
     Own,
-}
-
-impl EbtInput {
-    pub fn name(self) -> &'static str {
-        match self {
-            EbtInput::Tied => "tied",
-            EbtInput::Own => "own",
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -75,7 +75,10 @@ pub fn think_candidate(
             break;
         }
         let grad = grad.ok_or_else(|| Error::Config("the energy path gave no gradient".into()))?;
-        softmax_row(&z, &mut y);
+        // (the logits' step does not read y)
+        if update == EbtUpdate::Probs {
+            softmax_row(&z, &mut y);
+        }
         update.step_row(&mut z, &y, &grad, a);
     }
     Ok(out)

@@ -1,7 +1,9 @@
 // The thinking kernel: workgroup c takes candidate c's step s (one dispatch
 // per step, all steps in one submission: lavapipe caps an invocation at
 // 65535 loop iterations, which a whole thought in one invocation exceeds).
-// It evaluates E(z_s) on the prediction stream, applies the shared rule of
+// Before a step it adds the step's Langevin noise to z_s in place (the
+// candidate's region after its verdict; zeros when off), so the recorded z_s
+// is the point evaluated, as in think_candidate. It evaluates E(z_s) on the prediction stream, applies the shared rule of
 // nrgpt_core::ebt_session::think_candidate (stop on a non-finite E; with
 // accept-only-lower refuse a rise beyond RISE_TOL relative; stop at S or
 // once |E(s) - E(s-1)| < tol) and otherwise writes z_{s+1} = z_s - a dE/dz,
@@ -30,6 +32,12 @@ fn think(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: 
     }
     if (workgroupUniformLoad(&flag) != 0u) {
         return;
+    }
+    if (s < job.steps) {
+        let nb = verdict + VERDICT + s * V;
+        for (var v = tid; v < V; v += WG) {
+            cand[zs + v] += cand[nb + v];
+        }
     }
     // y = softmax(z)
     var m = -3.0e38;

@@ -53,7 +53,13 @@ fn decoder(ck: &Checkpoint) -> Decoder {
 }
 
 fn opts(steps: usize, samples: usize, verify: Verify, accept_lower: bool, early_exit: Option<f32>) -> StepOpts {
-    StepOpts { steps: Some(steps), early_exit, ebt: EbtThinkOpts { samples, verify, accept_lower, seed: 77 } }
+    StepOpts { steps: Some(steps), early_exit, ebt: EbtThinkOpts { samples, verify, accept_lower, seed: 77, langevin: 0.0 } }
+}
+
+/// `o` with Langevin noise of std `langevin` before every step.
+fn noisy(mut o: StepOpts, langevin: f32) -> StepOpts {
+    o.ebt.langevin = langevin;
+    o
 }
 
 #[test]
@@ -75,6 +81,7 @@ fn incremental_decoder_thinks_as_the_oracle_one_character_at_a_time() {
             (opts(6, 4, Verify::MinEnergy, false, None), 0.5),
             (opts(6, 4, Verify::MaxGap, true, None), 8.0),
             (opts(long, 3, Verify::MinEnergy, false, Some(0.05)), 0.5),
+            (noisy(opts(4, 4, Verify::MinEnergy, false, None), 0.8), 0.5),
         ] {
             let ck = ebt_checkpoint(&cfg, 5, a);
             let (mut engine, mut oracle) = (decoder(&ck), EbtSession::new(&ck).unwrap());
@@ -134,4 +141,21 @@ fn thinking_longer_and_more_candidates_lower_the_chosen_energy() {
     let best = final_energy(&mut engine, &opts(16, 8, Verify::MinEnergy, true, None));
     assert!(many < one, "16 accepted steps ({many}) should end lower than 1 ({one})");
     assert!(best <= many, "the best of 8 ({best}) is at most candidate 0's energy ({many})");
+}
+
+/// The noise acts (every point of every candidate's curve moves off plain
+/// descent's, step 0 included: the noise comes before each step) and a std of 0 is plain descent, bit for bit. That it keeps a
+/// trained model's candidates apart is the page's browser test, on the shipped EBT.
+#[test]
+fn langevin_noise_moves_every_candidate_and_zero_noise_is_plain_descent() {
+    let cfg = config(Activation::Gelu, NormKind::LayerNorm);
+    let ck = ebt_checkpoint(&cfg, 31, 0.5);
+    let prompt = seq(6, cfg.vocab_size, 12);
+    let think = |o: &StepOpts| pollster::block_on(decoder(&ck).push_many(&prompt, o)).unwrap().candidates;
+    let plain = think(&opts(4, 4, Verify::MinEnergy, false, None));
+    let langevin = think(&noisy(opts(4, 4, Verify::MinEnergy, false, None), 1.0));
+    for (c, (p, l)) in plain.iter().zip(&langevin).enumerate() {
+        assert!(p.iter().zip(l).all(|(a, b)| (a - b).abs() > 1e-4), "candidate {c}: noise left a step unmoved: {p:?} vs {l:?}");
+    }
+    assert_eq!(think(&opts(4, 4, Verify::MinEnergy, false, None)), think(&noisy(opts(4, 4, Verify::MinEnergy, false, None), 0.0)));
 }

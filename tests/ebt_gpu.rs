@@ -96,7 +96,7 @@ fn gpu_engine(bytes: &[u8]) -> Decoder {
 }
 
 fn opts(steps: usize, samples: usize, verify: Verify, accept_lower: bool, early_exit: Option<f32>) -> StepOpts {
-    StepOpts { steps: Some(steps), early_exit, ebt: EbtThinkOpts { samples, verify, accept_lower, seed: 77 } }
+    StepOpts { steps: Some(steps), early_exit, ebt: EbtThinkOpts { samples, verify, accept_lower, seed: 77, langevin: 0.0 } }
 }
 
 /// One variant in f32 and int8: 20 characters through an 8-character
@@ -145,6 +145,14 @@ fn early_exit() -> (StepOpts, f32) {
     (opts(8, 4, Verify::MinEnergy, false, Some(0.05)), 0.5)
 }
 
+/// Four candidates with Langevin noise before every step (the noise rides
+/// in the candidate's buffer region; the kernel adds it in place).
+fn langevin() -> (StepOpts, f32) {
+    let (mut o, a) = no_exit();
+    o.ebt.langevin = 0.8;
+    (o, a)
+}
+
 /// Four candidates, accept-only-lower, Best-of-N by max gap.
 fn accept_lower() -> (StepOpts, f32) {
     (opts(6, 4, Verify::MaxGap, true, None), 8.0)
@@ -173,7 +181,7 @@ fn wgsl_thinks_as_the_cpu_engine_relu_rmsnorm_two_layers() {
 /// The step that moves the probabilities (the reference's), z <- y - a dE/dy.
 #[test]
 fn wgsl_thinks_as_the_cpu_engine_moving_the_probabilities() {
-    check_update(Activation::Gelu, NormKind::LayerNorm, 1, EbtUpdate::Probs, [no_exit(), accept_lower()]);
+    check_update(Activation::Gelu, NormKind::LayerNorm, 1, EbtUpdate::Probs, [langevin(), accept_lower()]);
 }
 
 /// A prompt goes in one submission (its appends, then the S + 1 thinking

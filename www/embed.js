@@ -2,7 +2,7 @@
 // the page's query string, for hosts that strip <script> from posts. The
 // frame posts its content's height to its parent on load and on every
 // resize; www/embed-host.js on the parent (where a script may run) applies it.
-const ATTRIBUTES = ['model', 'prompt', 'length', 'temperature', 'top-k', 'seed', 'steps', 'candidates',
+const ATTRIBUTES = ['model', 'prompt', 'length', 'temperature', 'top-k', 'seed', 'steps', 'candidates', 'langevin',
   'layout', 'theme', 'loading', 'readonly', 'autoplay', 'poster', 'engine'];
 
 const params = new URLSearchParams(location.search);

@@ -277,6 +277,7 @@ class NrgptWidget extends HTMLElement {
       seed: Math.round(numberAttr(this, 'seed', 1, 0, Number.MAX_SAFE_INTEGER)),
       steps: this.hasAttribute('steps') ? Math.round(numberAttr(this, 'steps', 0, 1, 64)) : null,
       candidates: Math.round(numberAttr(this, 'candidates', 1, 1, 64)),
+      langevin: numberAttr(this, 'langevin', 0, 0, 100),
     };
   }
   get readonly() { return this.hasAttribute('readonly'); }
@@ -539,7 +540,7 @@ class NrgptWidget extends HTMLElement {
     token.posted = true;
     engine.post({
       type: 'Generate', run, prompt: r.prompt, len: r.len, temperature: r.temperature, top_k: r.top_k,
-      seed: r.seed, steps: r.steps, early_exit: null, candidates: r.candidates,
+      seed: r.seed, steps: r.steps, early_exit: null, candidates: r.candidates, langevin: r.langevin,
     });
   }
 

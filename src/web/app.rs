@@ -47,6 +47,9 @@ const EBT_ARCH: &str = "ebt";
 const EBT_MAX_STEPS: usize = 32;
 /// Best-of-N choices the page offers.
 const EBT_CANDIDATES: [usize; 3] = [1, 4, 16];
+/// The Langevin noise stds the page offers (0 = plain descent). 1 keeps the
+/// shipped EBT's candidates visibly apart for a small cost in loss (docs/ebt.md).
+const EBT_NOISE: [&str; 4] = ["0", "0.5", "1", "2"];
 
 /// Which engine the reader asked for; `Auto` picks what is fast here.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -88,6 +91,8 @@ struct Ui {
     steps: RwSignal<String>,
     /// EBT: candidates per character (Best-of-N).
     candidates: RwSignal<usize>,
+    /// EBT: Langevin noise std before every thinking step (one of EBT_NOISE).
+    langevin: RwSignal<String>,
     tol: RwSignal<String>,
     run: RwSignal<u32>,
     run_prompt: RwSignal<String>,
@@ -132,6 +137,7 @@ impl Ui {
             seed: RwSignal::new("1337".into()),
             steps: RwSignal::new(String::new()),
             candidates: RwSignal::new(4),
+            langevin: RwSignal::new("1".into()),
             tol: RwSignal::new("0".into()),
             run: RwSignal::new(0),
             run_prompt: RwSignal::new(String::new()),
@@ -388,6 +394,7 @@ impl Ui {
                 steps: Some(steps as usize),
                 early_exit: (tol > 0.0).then_some(tol as f32),
                 candidates: if ebt { self.candidates.get_untracked() } else { 1 },
+                langevin: if ebt { parse(self.langevin, "Thinking noise", 0.0, 100.0)? as f32 } else { 0.0 },
             })
         })();
         let req = match req {
@@ -565,6 +572,16 @@ fn ebt_controls(ui: Ui) -> impl IntoView {
             </select>
             <small id="cand-note" class="hint">"Best-of-N: the lowest final energy wins"</small>
         </label>
+        <label class="field" for="langevin">
+            <span>"Thinking noise σ"</span>
+            <select id="langevin" name="langevin" aria-describedby="noise-note"
+                on:change=move |ev| ui.langevin.set(event_target_value(&ev))>
+                {EBT_NOISE.into_iter().map(|n| view! {
+                    <option value=n selected=move || ui.langevin.get() == n>{n}</option>
+                }).collect_view()}
+            </select>
+            <small id="noise-note" class="hint">"Langevin noise added before each step: keeps the candidates apart"</small>
+        </label>
     }
 }
 
@@ -663,7 +680,14 @@ pub fn App() -> impl IntoView {
         let e = t.energies.last().copied().unwrap_or(0.0);
         let s = t.steps_used as f32 / t.steps.max(1) as f32;
         let kept = (t.candidates.len() > 1).then(|| format!(" · candidate {} of {} kept", t.chosen + 1, t.candidates.len()));
-        let title = format!("{} · E = {e:.2} · p = {:.2} · {} steps{}", show_char(t.ch), t.prob, t.steps_used, kept.unwrap_or_default());
+        // an EBT's guess after each thinking step: the thought, in one line
+        let guesses = (!t.candidates.is_empty()).then(|| {
+            let chars = vocab.get_untracked();
+            let top1 = |z: &Vec<f32>| z.iter().enumerate().fold(0, |b, (i, x)| if *x > z[b] { i } else { b });
+            let g: Vec<String> = t.step_logits.iter().skip(1).map(|z| show_char(chars.get(top1(z)).copied().unwrap_or('?'))).collect();
+            format!(" · guesses {}", g.join(" → "))
+        });
+        let title = format!("{} · E = {e:.2} · p = {:.2} · {} steps{}{}", show_char(t.ch), t.prob, t.steps_used, kept.unwrap_or_default(), guesses.unwrap_or_default());
         view! {
             // one tab stop for the whole text (the selected character, else the first); arrows move it
             <span class="ch" role="button" data-i=i title=title style:--e=format!("{e:.4}") style:--s=format!("{s:.3}")

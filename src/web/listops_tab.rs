@@ -179,6 +179,7 @@ impl Tab {
             steps: None,
             early_exit: None,
             candidates: 1,
+            langevin: 0.0,
         }));
     }
 

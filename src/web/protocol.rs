@@ -53,6 +53,10 @@ pub struct GenerateRequest {
     /// (Best-of-N); ignored by NRGPT and GPT.
     #[serde(default = "one_candidate")]
     pub candidates: usize,
+    /// EBT: Langevin noise std added to each candidate before every thinking
+    /// step (0 = plain descent); ignored by NRGPT and GPT.
+    #[serde(default)]
+    pub langevin: f32,
 }
 
 fn one_candidate() -> usize {

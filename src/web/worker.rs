@@ -284,7 +284,7 @@ async fn run_generation(host: &Host, s: &SessionState, engine: &mut PageBackend,
         return Err("the prompt is empty: type at least one character".into());
     }
     // The EBT's candidate noise is seeded by the sampling seed, as `trainer sample` does.
-    let ebt = EbtThinkOpts { samples: req.candidates.max(1), verify: Verify::MinEnergy, accept_lower: false, seed: req.seed };
+    let ebt = EbtThinkOpts { samples: req.candidates.max(1), verify: Verify::MinEnergy, accept_lower: false, seed: req.seed, langevin: req.langevin };
     let opts = StepOpts { steps: req.steps, early_exit: req.early_exit, ebt };
     let sopts = SampleOpts {
         temperature: req.temperature,

@@ -46,6 +46,7 @@ const EBT = {
   len: Number(env('EBT_LEN')),
   steps: Number(env('EBT_STEPS')),
   samples: Number(env('EBT_SAMPLES')),
+  langevin: env('EBT_LANGEVIN'),
   expected: env('EBT_EXPECTED_TEXT'),
   trainedSteps: checkpointSteps(env('EBT_CKPT')),
 };
@@ -571,6 +572,8 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       await setField(page, 'seed', env('SEED'));
       await setField(page, 'think-steps', EBT.steps);
       await page.selectOption('#candidates', String(EBT.samples));
+      assert.equal(await page.inputValue('#langevin'), EBT.langevin, 'the page thinks with Langevin noise by default');
+      await page.selectOption('#langevin', EBT.langevin);
       const t0 = Date.now();
       await page.click('#generate');
       await page.waitForFunction((n) => document.querySelector('#status')?.textContent.startsWith(`Generated ${n} characters`), EBT.len, { timeout: 180_000 });
@@ -578,6 +581,14 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       const text = await generatedText(page);
       assert.ok(EBT.expected.startsWith(PROMPT), 'the reference starts with the prompt');
       assert.equal(PROMPT + text, EBT.expected, 'page output equals `trainer sample` for the same settings, steps and candidates');
+      // the thinking shows: each character's tooltip lists the kept guess's top-1
+      // after every step, and for at least a quarter of them it changes after step 1
+      const guesses = await page.$$eval('#output .ch', (cs) => cs.map((c) => c.title.match(/guesses (.*)$/)?.[1].split(' → ')));
+      assert.equal(guesses.length, EBT.len);
+      assert.ok(guesses.every((g) => g?.length === EBT.steps), `a guess per thinking step in every tooltip: ${JSON.stringify(guesses.slice(0, 3))}`);
+      const changed = guesses.filter((g) => g[g.length - 1] !== g[0]).length;
+      console.log(`[${mode}] EBT: the top-1 guess changes after step 1 for ${changed} of ${EBT.len} characters`);
+      assert.ok(changed >= EBT.len / 4, `the guess changes after step 1 for only ${changed} of ${EBT.len} characters`);
 
       // the newest character is in the inspector: an EBT has no hidden-state path
       assert.equal(await page.$('svg.traj'), null, 'no trajectory plot for an EBT');
@@ -611,6 +622,9 @@ for (const [mode, cfg] of Object.entries(MODES)) {
       // Best-of-N by minimum final energy: the kept curve ends lowest (largest y on screen)
       const endY = (c) => c.pts[c.pts.length - 1][1];
       assert.ok(curves.every((c) => endY(kept) >= endY(c) - 0.05), 'the kept candidate has the lowest final energy');
+      // ... and the candidates end apart: the N final energies differ on screen
+      const ends = curves.map(endY);
+      assert.ok(Math.max(...ends) - Math.min(...ends) >= 1, `the candidates' curves end together (${ends})`);
       // the caption names the step this checkpoint takes (on the probabilities, or the logits)
       const step = checkpointConfig(env('EBT_CKPT')).ebt_update === 'probs' ? 'z ← softmax(z) − α∇E' : 'z ← z − α∇E';
       assert.ok((await page.$$eval('figcaption', (fs) => fs.map((f) => f.textContent))).some((t) => t.includes(`thinking step, ${step}.`)), `a caption names the step ${step}`);

@@ -276,6 +276,10 @@ struct ThinkArgs {
     /// Write the energy-vs-loss scatter of the val split as SVG here.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Langevin noise std added to every candidate before each thinking
+    /// step, as the reference's inference does (0 = deterministic descent).
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
+    langevin: f64,
 }
 
 #[derive(Args)]
@@ -324,6 +328,9 @@ struct SampleArgs {
     /// EBT: stop a candidate's thinking once its energy changes by less than this.
     #[arg(long, value_parser = non_negative_f32)]
     early_exit: Option<f32>,
+    /// EBT: Langevin noise std added to each candidate before every thinking step.
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative_f32)]
+    langevin: f32,
     /// Also write the run's per-character trace (JSON) for the widget's poster.
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -607,7 +614,7 @@ fn think(a: ThinkArgs, json: bool) -> Result<()> {
     if ck.config.arch != Arch::Ebt {
         anyhow::bail!("{} is a {}, not an EBT: only an EBT thinks", a.ckpt.display(), ck.config.arch.name());
     }
-    let spec = TableSpec { steps: a.steps, samples: a.samples, verify: a.verify, batch: a.batch };
+    let spec = TableSpec { steps: a.steps, samples: a.samples, verify: a.verify, batch: a.batch, langevin: a.langevin };
     let mut texts = vec![(format!("{} (val split)", a.data.display()), Corpus::load(&a.data, &ck.vocab)?.val)];
     for path in &a.ood {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -680,7 +687,7 @@ fn main() -> Result<()> {
         Cmd::Sample(a) => {
             let ck = read_checkpoint(&a.ckpt)?;
             let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
-            let ebt = EbtThinkOpts { samples: a.samples, verify: a.verify, accept_lower: a.accept_lower, seed: a.seed };
+            let ebt = EbtThinkOpts { samples: a.samples, verify: a.verify, accept_lower: a.accept_lower, seed: a.seed, langevin: a.langevin };
             let step = StepOpts { steps: a.steps, early_exit: a.early_exit, ebt };
             let text = if ck.config.arch == Arch::Ebt {
                 generate_ebt(&mut EbtSession::new(&ck)?, &a.prompt, a.len, &opts, &step)?

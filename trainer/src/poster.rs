@@ -28,6 +28,8 @@ pub struct PosterTrace {
     /// Steps the run asked for (NRGPT's T, an EBT's S; a GPT's layers).
     pub steps: usize,
     pub candidates: usize,
+    /// EBT: the Langevin noise std before every thinking step (0 = none).
+    pub langevin: f32,
     /// The generated continuation, without the prompt.
     pub text: String,
     pub chars: Vec<PosterChar>,
@@ -137,6 +139,7 @@ pub fn trace(ck: &Checkpoint, prompt: &str, len: usize, sample: &SampleOpts, ste
         top_k: sample.top_k.unwrap_or(0),
         steps,
         candidates: step.ebt.samples,
+        langevin: step.ebt.langevin,
         text: chars.iter().map(|c| c.c).collect(),
         chars,
     })

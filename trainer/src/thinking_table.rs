@@ -24,6 +24,8 @@ pub struct TableSpec {
     pub samples: Vec<usize>,
     pub verify: Verify,
     pub batch: usize,
+    /// Langevin noise std added to z before every thinking step (0 = none).
+    pub langevin: f64,
 }
 
 /// Loss (nats/char) at `steps` thinking steps with the best of `samples` candidates.
@@ -90,7 +92,13 @@ pub fn thinking_table(cfg: &ModelConfig, weights: &Weights, data: &[u32], spec: 
         let mut cand: Vec<(Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>)> = Vec::with_capacity(n_max);
         for c in 0..n_max {
             let z0 = initial_logits(cfg, b * block, &mut rng);
-            let th = fast.think(&x, &z0, s_max.max(trained))?;
+            let steps = s_max.max(trained);
+            let noise: Vec<Vec<f32>> = if spec.langevin > 0.0 {
+                (0..steps).map(|_| (0..z0.len()).map(|_| (rng.normal() * spec.langevin) as f32).collect()).collect()
+            } else {
+                Vec::new()
+            };
+            let th = fast.think(&x, &z0, steps, &noise)?;
             let losses = spec.steps.iter().map(|&s| char_losses(&th.logits[s], &y, v)).collect::<Vec<_>>();
             let energies = spec.steps.iter().map(|&s| widen(&th.energies[s])).collect::<Vec<_>>();
             if c == 0 {

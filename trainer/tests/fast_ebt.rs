@@ -212,7 +212,7 @@ fn thinking_matches_candle() {
         let x = Tensor::from_slice(&ids, (BATCH, cfg.block_size), &Device::Cpu).unwrap();
         let z0c = Tensor::from_slice(&z0, (BATCH, cfg.block_size, cfg.vocab_size), &Device::Cpu).unwrap().to_dtype(DType::F64).unwrap();
         let want = ebt.think(&ebt.context(&x).unwrap(), &z0c, 4, 1.0).unwrap();
-        let got = FastEbt::new(&cfg, &w, BATCH, 2).unwrap().think(&ids, &z0, 4).unwrap();
+        let got = FastEbt::new(&cfg, &w, BATCH, 2).unwrap().think(&ids, &z0, 4, &[]).unwrap();
         let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f64>().unwrap();
         assert_eq!(got.logits.len(), 5, "z(0..=4)");
         for s in 0..=4 {

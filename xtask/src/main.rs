@@ -39,6 +39,8 @@ const EBT_MODEL: &str = "www/models/ebt.safetensors";
 const EBT_TEST_LEN: usize = 40;
 const EBT_TEST_STEPS: usize = 4;
 const EBT_TEST_SAMPLES: usize = 4;
+/// ... with Langevin noise of this std before every step (the page's default).
+const EBT_TEST_LANGEVIN: &str = "1";
 /// The blog demo: its widgets' settings are the posters' and the widget test's.
 const BLOG_DEMO: &str = "www/blog-demo.html";
 /// The widget test's own pages (a pair, a lazy one, a host stylesheet), served at /fixtures/.
@@ -221,7 +223,7 @@ fn browser_test_run(capture: bool) -> Result<String> {
     std::fs::write(&long_files.0, &long_prompt)?;
     std::fs::write(&long_files.1, &long_expected)?;
     let (ebt_steps, ebt_samples) = (EBT_TEST_STEPS.to_string(), EBT_TEST_SAMPLES.to_string());
-    let ebt_expected = native_reference(EBT_MODEL, TEST_PROMPT, EBT_TEST_LEN, &["--steps", &ebt_steps, "--samples", &ebt_samples, "--verify", "min"])?;
+    let ebt_expected = native_reference(EBT_MODEL, TEST_PROMPT, EBT_TEST_LEN, &["--steps", &ebt_steps, "--samples", &ebt_samples, "--verify", "min", "--langevin", EBT_TEST_LANGEVIN])?;
     let listener = serve::bind(0)?;
     let url = format!("http://{}/", listener.local_addr()?);
     let page_root = root();
@@ -245,6 +247,7 @@ fn browser_test_run(capture: bool) -> Result<String> {
         .env("EBT_LEN", EBT_TEST_LEN.to_string())
         .env("EBT_STEPS", &ebt_steps)
         .env("EBT_SAMPLES", &ebt_samples)
+        .env("EBT_LANGEVIN", EBT_TEST_LANGEVIN)
         .env("EBT_EXPECTED_TEXT", &ebt_expected)
         .env("OUT_DIR", dir.join("out"));
     if !capture {

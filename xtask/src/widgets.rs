@@ -104,6 +104,9 @@ impl Widget {
         if let Some(n) = self.attrs.get("candidates") {
             a.extend(["--samples".into(), n.clone(), "--verify".into(), "min".into()]);
         }
+        if let Some(noise) = self.attrs.get("langevin") {
+            a.extend(["--langevin".into(), noise.clone()]);
+        }
         a
     }
 
@@ -140,7 +143,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("widgets-test-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("www")).unwrap();
         let html = dir.join("www/page.html");
-        std::fs::write(&html, "<p>x</p><nrgpt-widget id=\"a\" model=\"models/m.safetensors\"\n  prompt=\"A&amp;B:&#10;\" seed=\"7\" autoplay>\n</nrgpt-widget><nrgpt-widget id=\"b\" model=\"/www/models/n.safetensors\" steps=\"4\" candidates=\"2\">").unwrap();
+        std::fs::write(&html, "<p>x</p><nrgpt-widget id=\"a\" model=\"models/m.safetensors\"\n  prompt=\"A&amp;B:&#10;\" seed=\"7\" autoplay>\n</nrgpt-widget><nrgpt-widget id=\"b\" model=\"/www/models/n.safetensors\" steps=\"4\" candidates=\"2\" langevin=\"1\">").unwrap();
         let w = widgets_in(&dir, &html).unwrap();
         assert_eq!(w.len(), 2);
         assert_eq!(w[0].key, "page.html#a");
@@ -150,7 +153,7 @@ mod tests {
         assert_eq!(w[0].ckpt, dir.join("www/models/m.safetensors"));
         assert_eq!(w[1].ckpt, dir.join("www/models/n.safetensors"));
         let args = w[1].sample_args().join(" ");
-        assert!(args.ends_with("--seed 1 --steps 4 --samples 2 --verify min"), "{args}");
+        assert!(args.ends_with("--seed 1 --steps 4 --samples 2 --verify min --langevin 1"), "{args}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -22,6 +22,20 @@ pub fn candidate_noise(seed: u64, index: u64, samples: usize, v: usize, std: f64
     (0..samples.max(1)).map(|_| (0..v).map(|_| (rng.normal() * std) as f32).collect()).collect()
 }
 
+/// The stream the candidates' Langevin noise is drawn from.
+const STREAM_LANGEVIN: u64 = 0x1A4E;
+
+/// The Langevin noise of each of the `samples` candidates for the character
+/// at sequence index `index`: for each of its `steps` steps, N(0, std^2) of
+/// length `v` (candidate-major, then step). Empty when `std` is 0.
+pub fn langevin_noise(seed: u64, index: u64, samples: usize, steps: usize, v: usize, std: f32) -> Vec<Vec<Vec<f32>>> {
+    if std == 0.0 {
+        return vec![Vec::new(); samples.max(1)];
+    }
+    let mut rng = Rng64::derive(seed ^ STREAM_LANGEVIN, index);
+    (0..samples.max(1)).map(|_| (0..steps).map(|_| (0..v).map(|_| (rng.normal() * std as f64) as f32).collect()).collect()).collect()
+}
+
 /// The relative rise in energy that accept-only-lower treats as a rise.
 pub const RISE_TOL: f32 = 1e-5;
 
@@ -45,20 +59,27 @@ pub fn choose(thoughts: &[CandidateThought], verify: Verify) -> usize {
 
 /// Thinks one candidate from `z0`: up to `steps` steps of `update` (z <- z -
 /// a dE/dz, or z <- softmax(z) - a dE/dy), stopping early once |E(s) - E(s-1)| < tol, and, with `accept_lower`,
-/// before a step that raises E. `energy_grad(z, want_grad)` is the path's
-/// own math (the oracle's tensors, the engine's loops); the control flow is this one.
+/// before a step that raises E. `langevin[s]`, when given, is added to z
+/// before step s (the reference's inference): the step starts from the noisy
+/// point, and the thought records that point and its energy; the final z is
+/// clean. `energy_grad(z, want_grad)` is the path's own math (the oracle's
+/// tensors, the engine's loops); the control flow is this one.
 pub fn think_candidate(
     z0: &[f32],
     steps: usize,
     tol: Option<f32>,
     accept_lower: bool,
     (update, a): (EbtUpdate, f32),
+    langevin: &[Vec<f32>],
     mut energy_grad: impl FnMut(&[f32], bool) -> Result<(f32, Option<Vec<f32>>)>,
 ) -> Result<CandidateThought> {
     let mut z = z0.to_vec();
     let mut y = vec![0f32; z.len()];
     let mut out = CandidateThought { logits: Vec::new(), energies: Vec::new() };
     for s in 0..=steps {
+        if let Some(noise) = langevin.get(s).filter(|_| s < steps) {
+            z.iter_mut().zip(noise).for_each(|(z, n)| *z += n);
+        }
         let (e, grad) = energy_grad(&z, s < steps)?;
         if !e.is_finite() {
             return Err(Error::Config(format!("the energy became {e} at thinking step {s}")));
@@ -85,10 +106,10 @@ pub fn think_candidate(
 }
 
 /// The oracle's thinking for the last position of `ctx`'s window (n tokens).
-pub fn think_last(ebt: &Ebt, ctx: &Context, n: usize, z0: &[f32], steps: usize, tol: Option<f32>, accept_lower: bool) -> Result<CandidateThought> {
+pub fn think_last(ebt: &Ebt, ctx: &Context, n: usize, (z0, langevin): (&[f32], &[Vec<f32>]), steps: usize, tol: Option<f32>, accept_lower: bool) -> Result<CandidateThought> {
     let v = z0.len();
     let a = ebt.step_size()?.to_dtype(DType::F32)?.to_vec1::<f32>()?[0];
-    think_candidate(z0, steps, tol, accept_lower, (ebt.cfg.ebt_update, a), |z, want_grad| {
+    think_candidate(z0, steps, tol, accept_lower, (ebt.cfg.ebt_update, a), langevin, |z, want_grad| {
         // the other positions' candidates do not touch the last one's energy: zeros
         let mut full = vec![0f32; (n - 1) * v];
         full.extend_from_slice(z);
@@ -154,10 +175,12 @@ impl EbtSession {
         let n = self.ids.len();
         let ctx = self.ebt.context(&Tensor::from_slice(&self.ids, (1, n), &Device::Cpu)?)?;
         let steps = opts.steps.unwrap_or(cfg.steps);
-        let EbtThinkOpts { samples, verify, accept_lower, seed } = opts.ebt.clone();
+        let EbtThinkOpts { samples, verify, accept_lower, seed, langevin } = opts.ebt.clone();
+        let noise = langevin_noise(seed, self.fed - 1, samples, steps, cfg.vocab_size, langevin);
         let thoughts = candidate_noise(seed, self.fed - 1, samples, cfg.vocab_size, cfg.ebt_noise)
             .iter()
-            .map(|z0| think_last(&self.ebt, &ctx, n, z0, steps, opts.early_exit, accept_lower))
+            .zip(&noise)
+            .map(|(z0, ld)| think_last(&self.ebt, &ctx, n, (z0, ld), steps, opts.early_exit, accept_lower))
             .collect::<Result<Vec<_>>>()?;
         Ok(trace_of(thoughts, verify))
     }

@@ -32,11 +32,15 @@ pub struct EbtThinkOpts {
     /// Seeds the candidates' starting noise (character i of a sequence draws
     /// from its own stream, so decoders that skip work still agree).
     pub seed: u64,
+    /// Langevin noise std added to each candidate before every thinking
+    /// step, as the reference's inference does (0 = plain descent). It keeps
+    /// the candidates apart, which Best-of-N needs to choose among them.
+    pub langevin: f32,
 }
 
 impl Default for EbtThinkOpts {
     fn default() -> Self {
-        Self { samples: 1, verify: Verify::MinEnergy, accept_lower: false, seed: 0 }
+        Self { samples: 1, verify: Verify::MinEnergy, accept_lower: false, seed: 0, langevin: 0.0 }
     }
 }
 

@@ -5,7 +5,7 @@
 //! thinking step of each candidate reads the cache (O(L n D) as well).
 
 use nrgpt_core::ebt::MIN_STEP;
-use nrgpt_core::ebt_session::{candidate_noise, think_candidate, trace_of};
+use nrgpt_core::ebt_session::{candidate_noise, langevin_noise, think_candidate, trace_of};
 use nrgpt_core::format::PackedCheckpoint;
 use nrgpt_core::layout::{Body, GptIdx, WeightLayout};
 use nrgpt_core::scalar::{act3, norm_row};
@@ -240,9 +240,12 @@ impl EbtDecoder {
         if self.n == 0 {
             return Err(Error::Vocab("nothing to think about: the window is empty".into()));
         }
-        let thoughts = candidate_noise(opts.seed, index, opts.samples, self.cfg.vocab_size, self.cfg.ebt_noise)
+        let v = self.cfg.vocab_size;
+        let noise = langevin_noise(opts.seed, index, opts.samples, steps, v, opts.langevin);
+        let thoughts = candidate_noise(opts.seed, index, opts.samples, v, self.cfg.ebt_noise)
             .iter()
-            .map(|z0| think_candidate(z0, steps, tol, opts.accept_lower, (self.cfg.ebt_update, self.a), |z, want| Ok(self.energy_grad(z, want))))
+            .zip(&noise)
+            .map(|(z0, ld)| think_candidate(z0, steps, tol, opts.accept_lower, (self.cfg.ebt_update, self.a), ld, |z, want| Ok(self.energy_grad(z, want))))
             .collect::<Result<Vec<_>>>()?;
         Ok(trace_of(thoughts, opts.verify))
     }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use wgpu::util::DeviceExt;
 
 use nrgpt_core::ebt::MIN_STEP;
-use nrgpt_core::ebt_session::{candidate_noise, trace_of, CandidateThought, RISE_TOL};
+use nrgpt_core::ebt_session::{candidate_noise, langevin_noise, trace_of, CandidateThought, RISE_TOL};
 use nrgpt_core::format::PackedCheckpoint;
 use nrgpt_core::layout::{Body, EbtIdx};
 use nrgpt_core::session::{EbtThinkOpts, TokenTrace};
@@ -219,6 +219,7 @@ fn program(file: &PackedCheckpoint, ix: &EbtIdx) -> Result<Program> {
         ("EPS", format!("{:e}", cfg.eps as f32)),
         ("SCALE", format!("{:e}", 1.0 / ((qd / h) as f32).sqrt())),
         ("RISE_TOL", format!("{RISE_TOL:e}")),
+        ("VERDICT", format!("{VERDICT}u")),
     ] {
         consts.insert(k.to_string(), v);
     }
@@ -372,7 +373,8 @@ impl GpuEbtDecoder {
             return Err(Error::Vocab("nothing to think about: the window is empty".into()));
         }
         let (samples, levels) = (opts.samples.max(1), steps + 1);
-        let cand_len = levels * (v + 1) + VERDICT;
+        // z(s) per level, E(s) per level, the verdict, then each step's Langevin noise
+        let cand_len = levels * (v + 1) + VERDICT + steps * v;
         let last = (self.n + tokens.len() - 1) as u32;
         let appends = tokens.iter().enumerate().map(|(i, &token)| Job { pos: (self.n + i) as u32, token, ..Default::default() });
         let think = Job { pos: last, steps: steps as u32, tol: tol.unwrap_or(0.0), accept_lower: opts.accept_lower.into(), cand_len: cand_len as u32, ..Default::default() };
@@ -381,10 +383,16 @@ impl GpuEbtDecoder {
         for (i, job) in jobs.iter().enumerate() {
             slots[i * JOB_SLOT..i * JOB_SLOT + std::mem::size_of::<Job>()].copy_from_slice(bytemuck::bytes_of(job));
         }
-        // every candidate starts at its noise z(0), not done, nothing kept
+        // every candidate starts at its noise z(0), not done, nothing kept,
+        // with its Langevin noise (zeros when off: adding them changes nothing)
         let mut start = vec![0f32; samples * cand_len];
-        for (c, z0) in candidate_noise(opts.seed, index, samples, v, self.cfg.ebt_noise).iter().enumerate() {
+        let langevin = langevin_noise(opts.seed, index, samples, steps, v, opts.langevin);
+        for (c, (z0, ld)) in candidate_noise(opts.seed, index, samples, v, self.cfg.ebt_noise).iter().zip(&langevin).enumerate() {
             start[c * cand_len..c * cand_len + v].copy_from_slice(z0);
+            let noise_at = c * cand_len + levels * (v + 1) + VERDICT;
+            for (s, n) in ld.iter().enumerate() {
+                start[noise_at + s * v..noise_at + (s + 1) * v].copy_from_slice(n);
+            }
         }
         self.make_room(jobs.len(), samples, cand_len);
         let room = self.room.as_ref().expect("make_room made it");

@@ -24,12 +24,16 @@ pub struct Trajectory {
 impl FastEbt {
     /// Thinks `steps` steps of the model's update (z <- z - a dE/dz, or
     /// softmax(z) - a dE/dy) from `z0` (batch * block rows of V) for the
-    /// windows `ids` (batch * block tokens), without noise.
-    pub fn think(&mut self, ids: &[u32], z0: &[f32], steps: usize) -> Result<Trajectory> {
+    /// windows `ids` (batch * block tokens). `langevin[s]` (batch * block
+    /// rows of V), when given, is added to z(s) before step s takes its
+    /// gradient, as the reference's inference does; z(s) and E(s) are
+    /// recorded before the noise, so a trajectory reads as clean candidates.
+    pub fn think(&mut self, ids: &[u32], z0: &[f32], steps: usize, langevin: &[Vec<f32>]) -> Result<Trajectory> {
         let (n, v) = (self.cfg.block_size, self.cfg.vocab_size);
         let total = self.batch * n;
         ensure!(ids.len() == total, "a batch of {} tokens, expected {total}", ids.len());
         ensure!(z0.len() == total * v, "z0 has {} values, expected {}", z0.len(), total * v);
+        ensure!(langevin.len() <= steps && langevin.iter().all(|l| l.len() == total * v), "Langevin noise must be one z per step taken");
         if let Some(&bad) = ids.iter().find(|&&t| t as usize >= v) {
             bail!("token id {bad} is outside the vocabulary of {v}");
         }
@@ -50,6 +54,11 @@ impl FastEbt {
                 out.energies.push(predict::energies(lay, p, ws));
                 out.logits.push(ws.z.clone());
                 if s < steps {
+                    // the step starts from the noisy point; the trajectory keeps the clean one
+                    if let Some(noise) = langevin.get(s) {
+                        ws.z.iter_mut().zip(&noise[row0 * v..(row0 + rows) * v]).for_each(|(z, n)| *z += n);
+                        predict::forward(cfg, lay, ix, p, pt, ws);
+                    }
                     predict::input_grad(cfg, lay, ix, p, ws);
                     let EbtWorkspace { z, y, g, .. } = ws;
                     for ((zr, yr), gr) in z.chunks_exact_mut(v).zip(y.chunks_exact(v)).zip(g.chunks_exact(v)) {
@@ -84,7 +93,7 @@ pub fn predict(cfg: &ModelConfig, weights: &Weights, ids: &Tensor, steps: usize,
     let mut best: Option<(Vec<f32>, Vec<f32>)> = None;
     for _ in 0..samples.max(1) {
         let z0 = initial_logits(cfg, b * n, rng);
-        let th = fast.think(&x, &z0, steps)?;
+        let th = fast.think(&x, &z0, steps, &[])?;
         let score: Vec<f32> = match verify {
             Verify::MinEnergy => th.energies[steps].clone(),
             Verify::MaxGap => th.energies[steps].iter().zip(&th.energies[0]).map(|(e, e0)| e - e0).collect(),

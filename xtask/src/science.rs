@@ -69,6 +69,11 @@ struct Plan {
 const FF2W_S: &[&str] = &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4"];
 const FF2W_REF_STEP_S: &[&str] = &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--eta", "free", "--eta-init", "normal"];
 
+/// The EBT as it ships (issue 35: against GPT and the recurrent GPT at equal
+/// parameters and tokens): System-2 preset, tied input, energy calibration.
+const EBT_S: &[&str] = &["--model", "ebt", "--d-model", "64", "--heads", "4", "--layers", "4", "--preset", "ebt-s2", "--ebt-input", "tied", "--ebt-calibrate", "1"];
+const EBT_M: &[&str] = &["--model", "ebt", "--d-model", "128", "--heads", "4", "--layers", "4", "--preset", "ebt-s2", "--ebt-input", "tied", "--ebt-calibrate", "1"];
+
 fn full_plan() -> Plan {
     let s = |name, flags| Row { name, size: "S", flags };
     let m = |name, flags| Row { name, size: "M", flags };
@@ -91,6 +96,7 @@ fn full_plan() -> Plan {
             s("gpt (4 layers)", &["--model", "gpt", "--d-model", "64", "--heads", "4", "--steps", "4"]),
             s("gpt-rec (1 layer x4)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4"]),
             s("gpt-rec parallel, ReLU (the reference's)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4", "--preset", "reference"]),
+            s("ebt (4 layers, the shipped S2 recipe)", EBT_S),
         ],
         large: vec![
             m("nrgpt-ff2w", &["--model", "nrgpt-ff2w", "--d-model", "256", "--heads", "8", "--steps", "4", "--ff-mult", "5"]),
@@ -99,6 +105,7 @@ fn full_plan() -> Plan {
             m("gpt (4 layers)", &["--model", "gpt", "--d-model", "128", "--heads", "4", "--steps", "4"]),
             m("gpt-rec (1 layer x4)", &["--model", "gpt-rec", "--d-model", "256", "--heads", "8", "--steps", "4"]),
             m("gpt-rec parallel, ReLU (the reference's)", &["--model", "gpt-rec", "--d-model", "256", "--heads", "8", "--steps", "4", "--preset", "reference"]),
+            m("ebt (4 layers, the shipped S2 recipe)", EBT_M),
         ],
         ablation: vec![
             s("nrgpt-ff2w", FF2W_S),

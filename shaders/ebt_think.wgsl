@@ -120,14 +120,16 @@ fn think(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: 
         part += scr[sb + S_Y + v] * gv;
     }
     let yg = wg_sum(tid, part);
-    // z <- z - a dE/dz, or z <- y - a dE/dy
+    // z <- z - a dE/dz, or z <- y - a dE/dy, the gradient clamped to
+    // ±CLAMP / a when CLAMP > 0 (ModelConfig::ebt_grad_bound)
     let rate = fvec[F_A];
+    let bound = select(3.4e38, CLAMP / rate, CLAMP > 0.0);
     for (var v = tid; v < V; v += WG) {
         let y = scr[sb + S_Y + v];
         if (PROBS) {
-            cand[zs + V + v] = y - rate * scr[sb + S_G + v];
+            cand[zs + V + v] = y - rate * clamp(scr[sb + S_G + v], -bound, bound);
         } else {
-            cand[zs + V + v] = cand[zs + v] - rate * (y * (scr[sb + S_G + v] - yg));
+            cand[zs + V + v] = cand[zs + v] - rate * clamp(y * (scr[sb + S_G + v] - yg), -bound, bound);
         }
     }
 }

@@ -136,6 +136,7 @@ fn training_loss_gradients_match(update: EbtUpdate, final_only: bool) {
         step_scale: Some(scale.clone()),
         langevin: noise[from..from + steps].to_vec(),
         final_only,
+        soften: 0.0,
         energy_loss: Default::default(),
     };
     let a = (base.step_size().unwrap().broadcast_mul(&scale)).unwrap();

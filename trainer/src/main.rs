@@ -104,6 +104,10 @@ struct TrainArgs {
     /// own (a V x D map of its own, the reference's Linear(V, D)).
     #[arg(long, default_value = "tied", value_parser = kebab::<EbtInput>)]
     ebt_input: EbtInput,
+    /// EBT: the reference's clamp_futures_grad: a thinking step moves no logit (or probability)
+    /// by more than this (0: no clamp). Stored with the model: inference clamps too.
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
+    ebt_clamp: f64,
     /// EBT: the loss is the last thinking step's alone (the reference's truncate_mcmc), not the mean.
     #[arg(long)]
     ebt_truncate: bool,
@@ -118,6 +122,10 @@ struct TrainArgs {
     /// loss, so the energy tracks difficulty (ours).
     #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
     ebt_calibrate: f64,
+    /// EBT: the reference's soften_target_prob_dist: label smoothing of this much on the first
+    /// step's target, falling linearly to none on the last (no effect with --ebt-truncate).
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
+    ebt_soften: f64,
     /// EBT: std of the Langevin noise added to the candidate before every thinking step.
     #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
     ebt_langevin: f64,
@@ -372,6 +380,7 @@ fn model_config(a: &TrainArgs, vocab_len: usize, given: &[String]) -> (ModelConf
     cfg.ebt_noise = a.ebt_noise;
     cfg.ebt_update = a.ebt_update;
     cfg.ebt_input = a.ebt_input;
+    cfg.ebt_clamp = a.ebt_clamp;
     (cfg, by_preset)
 }
 
@@ -505,6 +514,7 @@ fn train(mut a: TrainArgs, mut given: Vec<String>, json: bool) -> Result<()> {
             step_size: a.ebt_step_size,
             contrastive: a.ebt_contrastive,
             calibrate: a.ebt_calibrate,
+            soften: a.ebt_soften,
         },
     };
     settings.ebt.check()?;

@@ -67,7 +67,7 @@ fn plan(cfg: &ModelConfig, seed: u64, steps: usize, final_only: bool) -> FlatPla
     let z0 = normal(rows * v, 1.5);
     let langevin = (0..steps).map(|_| normal(rows * v, 0.1)).collect();
     let step_scale = Some(normal(rows, 0.4).iter().map(|x| x.clamp(-0.69, 0.69).exp()).collect());
-    FlatPlan { z0, steps, step_scale, langevin, final_only, energy_loss: EnergyLoss::default() }
+    FlatPlan { z0, steps, step_scale, langevin, final_only, soften: 0.0, energy_loss: EnergyLoss::default() }
 }
 
 fn candle_plan(cfg: &ModelConfig, p: &FlatPlan) -> ThinkPlan {
@@ -79,6 +79,7 @@ fn candle_plan(cfg: &ModelConfig, p: &FlatPlan) -> ThinkPlan {
         step_scale: p.step_scale.as_ref().map(|s| t(s, 1)),
         langevin: p.langevin.iter().map(|e| t(e, v)).collect(),
         final_only: p.final_only,
+        soften: p.soften,
         energy_loss: p.energy_loss,
     }
 }
@@ -194,6 +195,31 @@ fn energy_losses_match_candle() {
             assert!(err < TOL, "relative error {err:e} in {name} exceeds {TOL:e}");
         }
     }
+}
+
+/// The softened targets (the reference's `soften_target_prob_dist`): each
+/// step's smoothed cross-entropy and its gradient as candle's, on either update.
+#[test]
+fn softened_targets_match_candle() {
+    let mut cfg = config(Activation::Gelu, NormKind::LayerNorm, 2);
+    for (update, input, a) in [(EbtUpdate::Logits, EbtInput::Tied, 20.0), (EbtUpdate::Probs, EbtInput::Own, 2.0)] {
+        (cfg.ebt_update, cfg.ebt_input) = (update, input);
+        let mut p = plan(&cfg, 5, 3, false);
+        p.soften = 0.6;
+        let (loss_err, err, name) = compare_plan(&cfg, 9, a, 2, p);
+        eprintln!("{update:?} soften 0.6: loss {loss_err:.1e}, max relative error {err:.2e} ({name})");
+        assert!(loss_err < LOSS_TOL, "loss relative error {loss_err:e} exceeds {LOSS_TOL:e}");
+        assert!(err < TOL, "relative error {err:e} in {name} exceeds {TOL:e}");
+    }
+    // and the smoothing does act: the loss differs from the unsoftened one
+    let w = weights(&cfg, 9, 2.0);
+    let (ids, tgt) = (tokens(&cfg, 3), tokens(&cfg, 4));
+    let loss = |soften: f64| {
+        let mut p = plan(&cfg, 5, 3, false);
+        p.soften = soften;
+        FastEbt::new(&cfg, &w, BATCH, 2).unwrap().loss_and_grad(&ids, &tgt, &p).unwrap().0
+    };
+    assert!((loss(0.6) - loss(0.0)).abs() > 1e-3, "softening the targets left the loss at {}", loss(0.0));
 }
 
 /// Thinking without training (the thinking table's path, fast/ebt/think.rs)

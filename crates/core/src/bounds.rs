@@ -57,6 +57,9 @@ pub fn check_config(cfg: &ModelConfig) -> Result<()> {
     if !(cfg.ebt_noise >= 0.0 && cfg.ebt_noise <= 1e3) {
         return Err(field_err("ebt_noise", cfg.ebt_noise, "must be finite, in 0..=1000".into()));
     }
+    if !(cfg.ebt_clamp >= 0.0 && cfg.ebt_clamp <= 1e3) || (cfg.ebt_clamp > 0.0 && cfg.arch != Arch::Ebt) {
+        return Err(field_err("ebt_clamp", cfg.ebt_clamp, "must be finite, in 0..=1000, and only on an EBT".into()));
+    }
     if !(cfg.eps > 0.0 && cfg.eps <= 1.0) {
         return Err(field_err("eps", cfg.eps, "must be in (0, 1]".into()));
     }
@@ -213,6 +216,8 @@ mod tests {
             ("block_size", Box::new(|c| c.block_size = 1 << 40)),
             ("ff_mult", Box::new(|c| c.ff_mult = usize::MAX / 4)),
             ("ebt_noise", Box::new(|c| c.ebt_noise = f64::NAN)),
+            ("ebt_clamp", Box::new(|c| c.ebt_clamp = -1.0)),
+            ("ebt_clamp", Box::new(|c| c.ebt_clamp = 0.5)),
             ("eps", Box::new(|c| c.eps = f64::INFINITY)),
             ("attn_beta", Box::new(|c| c.attn_beta = Some(0.0))),
             ("attn_beta", Box::new(|c| c.attn_beta = Some(f64::NAN))),

@@ -162,9 +162,11 @@ pub enum EbtUpdate {
 impl EbtUpdate {
     /// One thinking step of one candidate row, in f32: `z <- z - a g`
     /// (logits) or `z <- y - a g` (probs), with `y = softmax(z)` and `g` the
-    /// gradient this update takes (dE/dz or dE/dy). Every f32 path steps
-    /// here; the oracle writes it in tensors and the WGSL in `ebt_think.wgsl`.
-    pub fn step_row(self, z: &mut [f32], y: &[f32], g: &[f32], a: f32) {
+    /// gradient this update takes (dE/dz or dE/dy), each entry of g first
+    /// clamped to [-bound, bound] ([`ModelConfig::ebt_grad_bound`]). Every
+    /// f32 path steps here; the oracle writes it in tensors and the WGSL in `ebt_think.wgsl`.
+    pub fn step_row(self, z: &mut [f32], y: &[f32], g: &[f32], a: f32, bound: f32) {
+        let g = g.iter().map(|g| g.clamp(-bound, bound));
         match self {
             EbtUpdate::Logits => z.iter_mut().zip(g).for_each(|(z, g)| *z -= a * g),
             EbtUpdate::Probs => z.iter_mut().zip(y.iter().zip(g)).for_each(|(z, (y, g))| *z = y - a * g),
@@ -230,6 +232,10 @@ pub struct ModelConfig {
     /// How EBT's candidate enters its energy network.
     #[serde(default, skip_serializing_if = "is_default")]
     pub ebt_input: EbtInput,
+    /// The reference's `clamp_futures_grad`: one thinking step moves a
+    /// candidate entry by at most this much (0: no clamp).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub ebt_clamp: f64,
     pub block_size: usize,
     /// Hidden width of the feed-forward energy / MLP is `ff_mult * d_model`.
     pub ff_mult: usize,
@@ -274,6 +280,7 @@ impl ModelConfig {
             ebt_noise: 1.0,
             ebt_update: EbtUpdate::Logits,
             ebt_input: EbtInput::Tied,
+            ebt_clamp: 0.0,
             block_size,
             ff_mult: 4,
             norm: NormKind::LayerNorm,
@@ -285,6 +292,17 @@ impl ModelConfig {
             eta_init: EtaInit::Identity,
             block_norm: BlockNorm::Gain,
             gpt_block: GptBlock::Sequential,
+        }
+    }
+
+    /// The largest |g| a thinking step with step size `a` (the learned one,
+    /// before any per-token jitter, as the reference's `self.alpha`) takes:
+    /// `ebt_clamp / a`, so no entry moves by more than `ebt_clamp`; infinite without a clamp.
+    pub fn ebt_grad_bound(&self, a: f32) -> f32 {
+        if self.ebt_clamp > 0.0 {
+            (self.ebt_clamp / a as f64) as f32
+        } else {
+            f32::INFINITY
         }
     }
 

@@ -82,8 +82,21 @@ pub struct ThinkPlan {
     /// The loss is the last step's cross-entropy only (the reference's
     /// `truncate_mcmc`), not the mean over the steps.
     pub final_only: bool,
+    /// The reference's `soften_target_prob_dist`: step s's cross-entropy
+    /// aims at the truth smoothed by [`target_smoothing`] (0: off).
+    pub soften: f64,
     /// Losses on the energy's own level (0: off), see [`EnergyLoss`].
     pub energy_loss: EnergyLoss,
+}
+
+/// Label smoothing of step s's target out of `steps`: `soften` at the first
+/// step, falling linearly to 0 at the last, so early steps aim at a soft
+/// target and the last at the true character (as the reference).
+pub fn target_smoothing(soften: f64, s: usize, steps: usize) -> f64 {
+    if steps <= 1 {
+        return 0.0;
+    }
+    (steps - 1 - s) as f64 / (steps - 1) as f64 * soften
 }
 
 /// The thinking loss reaches the energy only through its gradient, so its
@@ -257,11 +270,19 @@ impl Ebt {
     }
 
     /// One thinking step from `z` along `grad` with step `a` (broadcast):
-    /// `z - a g`, or `softmax(z) - a g` ([`EbtUpdate::step_row`] in tensors).
+    /// `z - a g`, or `softmax(z) - a g`, g clamped to ±ebt_clamp / a_learned
+    /// when set ([`EbtUpdate::step_row`] in tensors).
     pub fn step(&self, z: &Tensor, grad: &Tensor, a: &Tensor) -> Result<Tensor> {
         let base = match self.cfg.ebt_update {
             EbtUpdate::Logits => z.clone(),
             EbtUpdate::Probs => softmax_lse(z)?.0,
+        };
+        let grad = if self.cfg.ebt_clamp > 0.0 {
+            // as the reference, the bound reads the learned step (its gradient flows there)
+            let bound = (self.step_size()?.recip()? * self.cfg.ebt_clamp)?;
+            grad.broadcast_minimum(&bound)?.broadcast_maximum(&bound.neg()?)?
+        } else {
+            grad.clone()
         };
         base - grad.broadcast_mul(a)?
     }
@@ -314,7 +335,7 @@ impl Ebt {
             let grad = eg.grad.expect("asked for the gradient");
             let next = self.step(&z, &grad, &a)?;
             if !plan.final_only || s + 1 == plan.steps {
-                let ce = crate::model::cross_entropy(&next, targets)?;
+                let ce = crate::model::smoothed_cross_entropy(&next, targets, target_smoothing(plan.soften, s, plan.steps))?;
                 total = Some(match total {
                     Some(t) => (t + ce)?,
                     None => ce,

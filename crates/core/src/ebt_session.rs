@@ -69,7 +69,7 @@ pub fn think_candidate(
     steps: usize,
     tol: Option<f32>,
     accept_lower: bool,
-    (update, a): (EbtUpdate, f32),
+    (update, a, bound): (EbtUpdate, f32, f32),
     langevin: &[Vec<f32>],
     mut energy_grad: impl FnMut(&[f32], bool) -> Result<(f32, Option<Vec<f32>>)>,
 ) -> Result<CandidateThought> {
@@ -100,7 +100,7 @@ pub fn think_candidate(
         if update == EbtUpdate::Probs {
             softmax_row(&z, &mut y);
         }
-        update.step_row(&mut z, &y, &grad, a);
+        update.step_row(&mut z, &y, &grad, a, bound);
     }
     Ok(out)
 }
@@ -109,7 +109,7 @@ pub fn think_candidate(
 pub fn think_last(ebt: &Ebt, ctx: &Context, n: usize, (z0, langevin): (&[f32], &[Vec<f32>]), steps: usize, tol: Option<f32>, accept_lower: bool) -> Result<CandidateThought> {
     let v = z0.len();
     let a = ebt.step_size()?.to_dtype(DType::F32)?.to_vec1::<f32>()?[0];
-    think_candidate(z0, steps, tol, accept_lower, (ebt.cfg.ebt_update, a), langevin, |z, want_grad| {
+    think_candidate(z0, steps, tol, accept_lower, (ebt.cfg.ebt_update, a, ebt.cfg.ebt_grad_bound(a)), langevin, |z, want_grad| {
         // the other positions' candidates do not touch the last one's energy: zeros
         let mut full = vec![0f32; (n - 1) * v];
         full.extend_from_slice(z);

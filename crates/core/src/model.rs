@@ -277,6 +277,20 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     Ok(char_cross_entropy(logits, targets)?.mean_all()?)
 }
 
+/// The mean cross-entropy against the truth smoothed by `ls` (weight 1 - ls
+/// on it, ls spread evenly over the vocabulary):
+/// (1 - ls) CE + ls (lse - mean_v logit).
+pub fn smoothed_cross_entropy(logits: &Tensor, targets: &Tensor, ls: f64) -> Result<Tensor> {
+    if ls == 0.0 {
+        return cross_entropy(logits, targets);
+    }
+    let v = logits.dim(D::Minus1)?;
+    let flat = logits.reshape(((), v))?;
+    let (_, lse) = crate::ops::softmax_lse(&flat)?;
+    let uniform = (lse - flat.mean(D::Minus1)?)?.mean_all()?;
+    Ok(((cross_entropy(logits, targets)? * (1.0 - ls))? + (uniform * ls)?)?)
+}
+
 /// Each character's cross-entropy, flat (B * n).
 pub fn char_cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let v = logits.dim(D::Minus1)?;

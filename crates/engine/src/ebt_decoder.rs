@@ -245,7 +245,7 @@ impl EbtDecoder {
         let thoughts = candidate_noise(opts.seed, index, opts.samples, v, self.cfg.ebt_noise)
             .iter()
             .zip(&noise)
-            .map(|(z0, ld)| think_candidate(z0, steps, tol, opts.accept_lower, (self.cfg.ebt_update, self.a), ld, |z, want| Ok(self.energy_grad(z, want))))
+            .map(|(z0, ld)| think_candidate(z0, steps, tol, opts.accept_lower, (self.cfg.ebt_update, self.a, self.cfg.ebt_grad_bound(self.a)), ld, |z, want| Ok(self.energy_grad(z, want))))
             .collect::<Result<Vec<_>>>()?;
         Ok(trace_of(thoughts, opts.verify))
     }

@@ -220,6 +220,7 @@ fn program(file: &PackedCheckpoint, ix: &EbtIdx) -> Result<Program> {
         ("SCALE", format!("{:e}", 1.0 / ((qd / h) as f32).sqrt())),
         ("RISE_TOL", format!("{RISE_TOL:e}")),
         ("VERDICT", format!("{VERDICT}u")),
+        ("CLAMP", format!("{:e}", cfg.ebt_clamp as f32)),
     ] {
         consts.insert(k.to_string(), v);
     }

@@ -67,7 +67,7 @@ pub fn readout(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<
     norm_fwd(cfg.norm, x_out, &p[lay.out_gamma], cfg.eps as f32, d, xh_out, rstd_out, g_out);
     mm(probs, View::rm(g_out, r, d), View::rm(&pt[lay.head_w], d, v), false, 1.0);
     // loss = sum(lse(logits) - logit[target]); dL/dlogits = (softmax - onehot) / N
-    *loss_sum = cross_entropy_rows(probs, &p[lay.head_b], tgt, v, total_tokens);
+    *loss_sum = cross_entropy_rows(probs, &p[lay.head_b], tgt, v, total_tokens, 0.0);
 }
 
 /// Runs the chunk (`pt`: the transposed weight matrices, see `Buffers::transposes`): `ids`/`tgt` its (nb * n) tokens and targets, `masks` its

@@ -162,7 +162,7 @@ fn softmax_causal_rows(s: &mut [f32], n: usize, diag: usize) {
 
 /// Cross-entropy rows: `logits` (rows x v, bias not yet added) becomes
 /// dL/dlogits = (softmax - onehot) / total; returns sum of lse - logit[target].
-pub fn cross_entropy_rows(logits: &mut [f32], bias: &[f32], tgt: &[u32], v: usize, total: usize) -> f64 {
+pub fn cross_entropy_rows(logits: &mut [f32], bias: &[f32], tgt: &[u32], v: usize, total: usize, smooth: f32) -> f64 {
     with_avx2!({
         let inv_n = 1.0 / total as f32;
         let mut loss = 0.0f64;
@@ -170,7 +170,8 @@ pub fn cross_entropy_rows(logits: &mut [f32], bias: &[f32], tgt: &[u32], v: usiz
             lg.iter_mut().zip(bias).for_each(|(l, b)| *l += b);
             let mx = lg.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let y = tgt[row] as usize;
-            let picked = lg[y];
+            // the smoothed target's logit: (1 - ls) logit[target] + ls mean(logits)
+            let picked = if smooth == 0.0 { lg[y] } else { (1.0 - smooth) * lg[y] + smooth * lg.iter().sum::<f32>() / v as f32 };
             let mut z = 0.0f32;
             for l in lg.iter_mut() {
                 *l = exp(*l - mx);
@@ -178,9 +179,10 @@ pub fn cross_entropy_rows(logits: &mut [f32], bias: &[f32], tgt: &[u32], v: usiz
             }
             // loss = lse(logits) - logit[target]
             loss += (mx + z.ln() - picked) as f64;
+            // dL/dlogit = (softmax - target) / n
             let s = inv_n / z;
-            lg.iter_mut().for_each(|l| *l *= s);
-            lg[y] -= inv_n;
+            lg.iter_mut().for_each(|l| *l = *l * s - smooth * inv_n / v as f32);
+            lg[y] -= (1.0 - smooth) * inv_n;
         }
         loss
     })

@@ -29,7 +29,7 @@ pub mod think;
 use std::sync::Mutex;
 
 use anyhow::{bail, ensure, Result};
-use nrgpt_core::ebt::{sequence_correlation, EnergyLoss, ThinkPlan, MIN_STEP};
+use nrgpt_core::ebt::{sequence_correlation, target_smoothing, EnergyLoss, ThinkPlan, MIN_STEP};
 use nrgpt_core::layout::{Body, EbtIdx, WeightLayout};
 use nrgpt_core::model::Weights;
 use nrgpt_core::{Arch, ModelConfig};
@@ -50,6 +50,7 @@ pub struct FlatPlan {
     pub step_scale: Option<Vec<f32>>,
     pub langevin: Vec<Vec<f32>>,
     pub final_only: bool,
+    pub soften: f64,
     pub energy_loss: EnergyLoss,
 }
 
@@ -62,6 +63,7 @@ impl FlatPlan {
             step_scale: plan.step_scale.as_ref().map(flat).transpose()?,
             langevin: plan.langevin.iter().map(flat).collect::<Result<_>>()?,
             final_only: plan.final_only,
+            soften: plan.soften,
             energy_loss: plan.energy_loss,
         })
     }
@@ -86,6 +88,7 @@ struct ChunkPlan<'a> {
     langevin: Vec<&'a [f32]>,
     steps: usize,
     final_only: bool,
+    soften: f64,
     energy_loss: EnergyLoss,
     /// Tokens in the whole batch (the cross-entropy's mean).
     total: usize,
@@ -137,6 +140,7 @@ impl FastEbt {
                 langevin: plan.langevin.iter().take(plan.steps).map(|e| &e[row0 * v..(row0 + rows) * v]).collect(),
                 steps: plan.steps,
                 final_only: plan.final_only,
+                soften: plan.soften,
                 energy_loss: plan.energy_loss,
                 total,
             };
@@ -252,6 +256,7 @@ fn chunk(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt:
     real_stream(cfg, lay, ix, p, pt, ws, ids);
     let layers = ix.layers.len();
     let (a, dadlog) = step_size(ix, p);
+    let bound = cfg.ebt_grad_bound(a);
     // each step's share of the loss: the mean over steps, or the last step alone
     let weight = |s: usize| if plan.final_only { f32::from(u8::from(s + 1 == plan.steps)) } else { 1.0 / plan.steps as f32 };
     let mut dlog_a = 0.0f64;
@@ -271,19 +276,21 @@ fn chunk(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt:
         let EbtWorkspace { z, z_next, y, g, u, zero_v, loss_sum, .. } = ws;
         z_next.copy_from_slice(z);
         for (row, ((zn, yr), gr)) in z_next.chunks_exact_mut(v).zip(y.chunks_exact(v)).zip(g.chunks_exact(v)).enumerate() {
-            cfg.ebt_update.step_row(zn, yr, gr, a * plan.scale.map_or(1.0, |sc| sc[row]));
+            cfg.ebt_update.step_row(zn, yr, gr, a * plan.scale.map_or(1.0, |sc| sc[row]), bound);
         }
         let w = weight(s);
         if w > 0.0 {
             // its cross-entropy, and dL/dz(s+1) (times the step's share) into u
             u.copy_from_slice(z_next);
-            *loss_sum += cross_entropy_rows(u, zero_v, tgt, v, plan.total) * w as f64;
+            let ls = target_smoothing(plan.soften, s, plan.steps) as f32;
+            *loss_sum += cross_entropy_rows(u, zero_v, tgt, v, plan.total, ls) * w as f64;
             // u = dL/dg = -a s_A dL/dz(s+1); dL/da = -sum_A s_A g_A . dL/dz(s+1)
             for (row, (ur, gr)) in u.chunks_exact_mut(v).zip(g.chunks_exact(v)).enumerate() {
                 let sc = plan.scale.map_or(1.0, |sc| sc[row]);
                 let mut dot = 0.0f32;
                 for (x, g) in ur.iter_mut().zip(gr) {
-                    *x *= w;
+                    // a clamped entry moves by ±sc ebt_clamp whatever g and a: no gradient
+                    *x *= if g.abs() > bound { 0.0 } else { w };
                     dot += *x * g;
                     *x *= -a * sc;
                 }

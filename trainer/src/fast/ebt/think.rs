@@ -41,6 +41,7 @@ impl FastEbt {
         let (cfg, lay, p, pt) = (&self.cfg, &self.lay, &self.params, &self.pt);
         let ix = self.ix();
         let (a, _) = step_size(ix, p);
+        let bound = cfg.ebt_grad_bound(a);
         let starts = self.chunk_starts();
         let parts: Vec<std::sync::Mutex<Trajectory>> =
             self.ws.iter().map(|_| std::sync::Mutex::new(Trajectory { logits: Vec::new(), energies: Vec::new() })).collect();
@@ -62,7 +63,7 @@ impl FastEbt {
                     predict::input_grad(cfg, lay, ix, p, ws);
                     let EbtWorkspace { z, y, g, .. } = ws;
                     for ((zr, yr), gr) in z.chunks_exact_mut(v).zip(y.chunks_exact(v)).zip(g.chunks_exact(v)) {
-                        cfg.ebt_update.step_row(zr, yr, gr, a);
+                        cfg.ebt_update.step_row(zr, yr, gr, a, bound);
                     }
                 }
             }

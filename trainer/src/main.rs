@@ -9,7 +9,7 @@ use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use nrgpt_core::format::Scheme;
 use nrgpt_core::model::num_params;
-use nrgpt_core::sample::{generate, SampleOpts};
+use nrgpt_core::sample::{generate_streamed, SampleOpts};
 use nrgpt_core::{Activation, Arch, BlockNorm, EbtInput, EbtUpdate, EtaInit, EtaKind, GptBlock, ModelConfig, NormKind, Vocab};
 use serde::Serialize;
 use nrgpt_core::bounds::{MAX_BLOCK, MAX_D_MODEL, MAX_FF_MULT, MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS, MAX_STEPS};
@@ -21,9 +21,10 @@ use trainer::export::export;
 use trainer::files::{read_checkpoint, read_text, write_atomic};
 use trainer::fast::TrainBackend;
 use nrgpt_core::ebt::Verify;
-use nrgpt_core::ebt_session::{generate_ebt, EbtSession};
+use nrgpt_core::ebt_session::{generate_ebt_streamed, EbtSession};
 use nrgpt_core::session::{EbtThinkOpts, StepOpts};
 use trainer::resume::Requested;
+use trainer::stream::CharStream;
 use trainer::think_plan::EbtRegularisers;
 use trainer::thinking_table::{markdown, scatter_svg, thinking_table, TableSpec};
 use trainer::train::{run, RunPaths, Start, TrainSettings};
@@ -679,6 +680,37 @@ fn think(a: ThinkArgs, json: bool) -> Result<()> {
     Ok(())
 }
 
+fn sample(a: SampleArgs, given: &[String], json: bool) -> Result<()> {
+    let ck = read_checkpoint(&a.ckpt)?;
+    check_thinking_flags(&a.ckpt, ck.config.arch, given, SAMPLE_EBT_ONLY)?;
+    let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
+    let ebt = EbtThinkOpts { samples: a.samples, verify: a.verify, accept_lower: a.accept_lower, seed: a.seed };
+    let step = StepOpts { steps: a.steps, early_exit: a.early_exit, ebt };
+    let mut stream = CharStream::stdout(a.len, json);
+    stream.write(&a.prompt).context("writing to stdout")?;
+    let mut emit = |ch: &str| stream.emit(ch);
+    let text = if ck.config.arch == Arch::Ebt {
+        generate_ebt_streamed(&mut EbtSession::new(&ck)?, &a.prompt, a.len, &opts, &step, &mut emit)?
+    } else {
+        generate_streamed(&ck.model()?, &ck.vocab, &a.prompt, a.len, &opts, &mut emit)?
+    };
+    if let Some(e) = stream.failure() {
+        return Err(e).context("writing the sample to stdout");
+    }
+    stream.write("\n").context("writing to stdout")?;
+    if let Some(path) = &a.trace {
+        let recorded = trainer::poster::trace(&ck, &a.prompt, a.len, &opts, &step)?;
+        // The poster stands in for the live run: it must be the same text.
+        anyhow::ensure!(recorded.text == text, "the traced run wrote {:?}, sample wrote {text:?}", recorded.text);
+        let json = serde_json::to_string(&recorded).context("serialising the trace")?;
+        write_atomic(path, (json + "\n").as_bytes())?;
+    }
+    if json {
+        return print_json(&SampleReport { prompt: a.prompt, text });
+    }
+    Ok(())
+}
+
 fn energy(a: EnergyArgs, json: bool) -> Result<()> {
     let ck = read_checkpoint(&a.on.ckpt)?;
     let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
@@ -716,30 +748,7 @@ fn main() -> Result<()> {
         Cmd::Eval(a) => eval(a, &given(sub), json),
         Cmd::Energy(a) => energy(a, json),
         Cmd::Think(a) => think(a, json),
-        Cmd::Sample(a) => {
-            let ck = read_checkpoint(&a.ckpt)?;
-            check_thinking_flags(&a.ckpt, ck.config.arch, &given(sub), SAMPLE_EBT_ONLY)?;
-            let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
-            let ebt = EbtThinkOpts { samples: a.samples, verify: a.verify, accept_lower: a.accept_lower, seed: a.seed };
-            let step = StepOpts { steps: a.steps, early_exit: a.early_exit, ebt };
-            let text = if ck.config.arch == Arch::Ebt {
-                generate_ebt(&mut EbtSession::new(&ck)?, &a.prompt, a.len, &opts, &step)?
-            } else {
-                generate(&ck.model()?, &ck.vocab, &a.prompt, a.len, &opts)?
-            };
-            if let Some(path) = &a.trace {
-                let recorded = trainer::poster::trace(&ck, &a.prompt, a.len, &opts, &step)?;
-                // The poster stands in for the live run: it must be the same text.
-                anyhow::ensure!(recorded.text == text, "the traced run wrote {:?}, sample wrote {text:?}", recorded.text);
-                let json = serde_json::to_string(&recorded).context("serialising the trace")?;
-                write_atomic(path, (json + "\n").as_bytes())?;
-            }
-            if json {
-                return print_json(&SampleReport { prompt: a.prompt, text });
-            }
-            println!("{}{}", a.prompt, text);
-            Ok(())
-        }
+        Cmd::Sample(a) => sample(a, &given(sub), json),
         Cmd::Export { ckpt, out, quant } => {
             let e = export(&ckpt, &out, quant)?;
             if json {

@@ -1,7 +1,7 @@
 //! `trainer`: train NRGPT / GPT baselines on Tiny Shakespeare, evaluate,
 //! sample, and write the character vocabulary.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -447,7 +447,7 @@ fn check_ebt_flags(a: &TrainArgs, given: &[String]) -> Result<()> {
 
 /// Options of `sample` / `eval` that only an EBT's thinking reads: given for
 /// another model they would do nothing, so they are refused by name.
-fn check_thinking_flags(ckpt: &std::path::Path, arch: Arch, given: &[String], ebt_only: &[&str]) -> Result<()> {
+fn check_thinking_flags(ckpt: &Path, arch: Arch, given: &[String], ebt_only: &[&str]) -> Result<()> {
     if arch == Arch::Ebt {
         return Ok(());
     }
@@ -466,7 +466,7 @@ fn given(m: &clap::ArgMatches) -> Vec<String> {
 
 
 
-fn load_vocab(path: &PathBuf) -> Result<Vocab> {
+fn load_vocab(path: &Path) -> Result<Vocab> {
     let json = read_text(path).context("reading the vocabulary")?;
     Vocab::from_tokenizer_json(&json).with_context(|| format!("parsing {}", path.display()))
 }
@@ -686,6 +686,8 @@ fn sample(a: SampleArgs, given: &[String], json: bool) -> Result<()> {
     let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
     let ebt = EbtThinkOpts { samples: a.samples, verify: a.verify, accept_lower: a.accept_lower, seed: a.seed };
     let step = StepOpts { steps: a.steps, early_exit: a.early_exit, ebt };
+    // a prompt the model cannot read is refused before any of it is printed
+    ck.vocab.encode(&a.prompt).context("the prompt")?;
     let mut stream = CharStream::stdout(a.len, json);
     stream.write(&a.prompt).context("writing to stdout")?;
     let mut emit = |ch: &str| stream.emit(ch);

@@ -139,6 +139,7 @@ fn clear_for_fresh_run(paths: &RunPaths, overwrite: bool) -> Result<()> {
     }
     Ok(())
 }
+
 const STREAM_DROPOUT: u64 = 0xD50;
 /// Attention dropout draws from its own stream, so turning it on leaves the
 /// residual masks (and every earlier run) as they were.

@@ -244,7 +244,7 @@ fn check_optimizer_state(st: &SafeTensors, arch: Arch, layout: &WeightLayout, we
     // optimizer state at all
     let ebt = matches!(layout.body, Body::Ebt(_));
     let is_moment = |n: &str| ["opt.m.", "opt.v."].iter().any(|p| n.strip_prefix(p).is_some_and(|w| weights.contains(w)));
-    if let Some(name) = extras.iter().find(|n| !is_moment(n) && !(ebt && **n == EBT_REPLAY)) {
+    if let Some(name) = extras.iter().find(|n| !(is_moment(n) || (ebt && **n == EBT_REPLAY))) {
         return Err(Error::Checkpoint(format!(
             "unexpected tensor `{name}`: not one of the {} parameters of its config (arch {}) nor their optimizer moments; was the file written with another config?",
             layout.specs.len(),

@@ -7,6 +7,8 @@ use candle_core::{Device, Tensor};
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::Vocab;
 
+use crate::files::read_text;
+
 pub struct Corpus {
     pub train: Vec<u32>,
     pub val: Vec<u32>,
@@ -15,7 +17,7 @@ pub struct Corpus {
 impl Corpus {
     /// Reads `path`, encodes it with `vocab`, and splits it (first 90% train).
     pub fn load(path: &Path, vocab: &Vocab) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading the corpus {}", path.display()))?;
+        let text = read_text(path).context("reading the corpus")?;
         let ids = vocab.encode(&text).with_context(|| format!("encoding {}", path.display()))?;
         if ids.len() < 1000 {
             bail!("the corpus {} has only {} characters", path.display(), ids.len());

@@ -1,61 +1,79 @@
-//! Files a run reads and writes: the one reader of a checkpoint file, atomic
-//! replacement that cannot be redirected by a planted symlink and leaves
-//! nothing behind on failure, and the lock that keeps a second trainer out of
-//! a run folder.
+//! Files the tools read and write: the one reader of a checkpoint file, the
+//! reader of every other input file (regular files only), the one atomic
+//! writer ([`atomic`]), and the lock that keeps a second trainer out of a run
+//! folder.
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::fs::{File, FileType, OpenOptions, TryLockError};
+use std::io::Read;
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device};
 use nrgpt_core::Checkpoint;
 
+mod atomic;
+pub use atomic::{tmp_path, write_atomic};
+
 /// Reads a checkpoint file (f32 or quantized) as f32 on the CPU; the error
 /// names the file and whether reading or checking it failed.
 pub fn read_checkpoint(path: &Path) -> Result<Checkpoint> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = read_file(path)?;
     Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))
 }
 
-/// Where [`write_atomic`] stages `path`: `NAME.tmp` beside it.
-pub fn tmp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    path.with_file_name(name)
-}
-
-/// Writes `bytes` to `path` via a temp file and a rename, so a crash leaves
-/// either the old file or the new one, never half of one. The temp file is
-/// created exclusively (O_EXCL: a symlink planted there is not followed) and
-/// removed again if anything fails; every error names the file.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = tmp_path(path);
-    // a stale temp from a killed run, or a planted link: unlinking removes
-    // the entry itself, never what a symlink points to
-    match std::fs::remove_file(&tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(e).with_context(|| format!("removing the stale {}", tmp.display()))
+/// What a file type is, for the message refusing it.
+fn kind(t: &FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
         }
-        _ => {}
+        if t.is_char_device() || t.is_block_device() {
+            return "a device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
     }
-    let result = stage_and_rename(&tmp, path, bytes);
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "a file of another kind"
     }
-    result
 }
 
-fn stage_and_rename(tmp: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(tmp)
-        .with_context(|| format!("creating {} (exclusively)", tmp.display()))?;
-    f.write_all(bytes).with_context(|| format!("writing {} bytes to {}", bytes.len(), tmp.display()))?;
-    f.sync_all().with_context(|| format!("syncing {}", tmp.display()))?;
-    drop(f);
-    std::fs::rename(tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+/// Opens an input file, refusing anything but a regular file by name. The
+/// type is checked before `open`, which blocks on a FIFO until a writer
+/// comes, and again on the open handle in case the path was swapped between.
+pub fn open_regular(path: &Path) -> Result<File> {
+    let refuse = |t: &FileType| bail!("{} is {}, not a regular file", path.display(), kind(t));
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if !meta.is_file() {
+        return refuse(&meta.file_type());
+    }
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let meta = file.metadata().with_context(|| format!("reading {}", path.display()))?;
+    if !meta.is_file() {
+        return refuse(&meta.file_type());
+    }
+    Ok(file)
+}
+
+/// The bytes of a regular file ([`open_regular`]); errors name the file.
+pub fn read_file(path: &Path) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    open_regular(path)?.read_to_end(&mut bytes).with_context(|| format!("reading {}", path.display()))?;
+    Ok(bytes)
+}
+
+/// The text of a regular file; a byte that is not UTF-8 is an error naming
+/// the file and where the bad byte is.
+pub fn read_text(path: &Path) -> Result<String> {
+    String::from_utf8(read_file(path)?).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        anyhow::anyhow!("{} is not UTF-8 text: byte {at} is not valid UTF-8", path.display())
+    })
 }
 
 /// An exclusive lock on a run folder, held while the value lives. It is an
@@ -86,6 +104,8 @@ impl RunLock {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     fn dir(name: &str) -> PathBuf {
@@ -120,6 +140,23 @@ mod tests {
         assert!(!tmp_path(&out).exists(), "the temp file was left behind");
         let err = format!("{:#}", write_atomic(&d.join("no/such/dir/x"), b"data").unwrap_err());
         assert!(err.contains("no/such/dir/x.tmp"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn fifos_devices_and_directories_are_refused_by_name_without_blocking() {
+        let d = dir("kinds");
+        let fifo = d.join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        // no writer ever comes: opening it would block forever
+        for (path, kind) in [(fifo.as_path(), "is a FIFO"), (Path::new("/dev/zero"), "is a device"), (d.as_path(), "is a directory")] {
+            let err = read_file(path).unwrap_err().to_string();
+            assert!(err.contains(&path.display().to_string()) && err.contains(kind) && err.contains("not a regular file"), "{err}");
+        }
+        let text = d.join("latin1.txt");
+        std::fs::write(&text, b"ab\xe9c").unwrap();
+        let err = read_text(&text).unwrap_err().to_string();
+        assert!(err.contains("latin1.txt") && err.contains("byte 2"), "{err}");
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub mod net;
 pub mod optim;
 pub mod poster;
 pub mod resume;
+pub mod run_log;
+pub mod stream;
 pub mod think_plan;
 pub mod thinking_table;
 pub mod train;

@@ -142,9 +142,19 @@ struct AnswerReport {
     truth: u8,
 }
 
+/// An expression as a message shows it: whole when short, else its start
+/// and its length (a 40 KB expression must not fill the terminal).
+fn quoted(expr: &str) -> String {
+    const SHOWN: usize = 80;
+    match expr.char_indices().nth(SHOWN) {
+        None => format!("{expr:?}"),
+        Some((cut, _)) => format!("{:?}... ({} characters)", &expr[..cut], expr.chars().count()),
+    }
+}
+
 /// Answers one expression with a checkpoint, greedily.
 pub fn answer(a: &AnswerArgs, json: bool) -> Result<()> {
-    let expr = parse(&a.expr).with_context(|| format!("the expression {:?}", a.expr))?;
+    let expr = parse(&a.expr).with_context(|| format!("the expression {}", quoted(&a.expr)))?;
     let ck = read_checkpoint(&a.ckpt)?;
     let cont = continue_greedily(&ck.model()?, &ck.vocab, &[expr.prompt()])?.remove(0);
     let r = AnswerReport { expression: expr.text(), answer: answer_of(&cont), truth: expr.value(), continuation: cont };

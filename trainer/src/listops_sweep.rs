@@ -15,6 +15,7 @@ use crate::listops_data::{generate, majority_baseline, DataSpec, ListOpsData};
 use crate::files::write_atomic;
 use crate::listops_score::accuracy;
 use crate::resume::Requested;
+use crate::run_log;
 use crate::train::{run, RunPaths, Start, TrainSettings};
 
 /// Accuracy that counts as having learned the task (the paper's threshold).
@@ -157,9 +158,9 @@ impl SweepSpec {
             bail!("{} holds a finished run with other settings than this sweep's; remove it or pick another --out", dir.display());
         }
         let (start, seconds_before) = match paths.stored()? {
-            None => (Start::Fresh(cfg.clone(), settings.clone()), 0.0),
+            None => (Start::Fresh { cfg: cfg.clone(), settings: settings.clone(), overwrite: false }, 0.0),
             Some((stored, state)) if same_run(&stored.config, &state.settings, &cfg, &settings)? => {
-                (Start::Resume { iters: None, requested: Requested { cfg: cfg.clone(), settings: settings.clone(), given: Vec::new() } }, last_elapsed(&paths))
+                (Start::Resume { iters: None, requested: Requested { cfg: cfg.clone(), settings: settings.clone(), given: Vec::new() } }, last_elapsed(&paths)?)
             }
             Some(_) => bail!("{} holds a run with other settings than this sweep's; remove it or pick another --out", dir.display()),
         };
@@ -190,10 +191,11 @@ fn same_run(cfg_a: &ModelConfig, set_a: &TrainSettings, cfg_b: &ModelConfig, set
     Ok(serde_json::to_value(cfg_a)? == serde_json::to_value(cfg_b)? && serde_json::to_value(set_a)? == serde_json::to_value(set_b)?)
 }
 
-/// Seconds the earlier process had trained when it last evaluated (log.csv's last column).
-fn last_elapsed(paths: &RunPaths) -> f64 {
-    let text = std::fs::read_to_string(paths.log()).unwrap_or_default();
-    text.lines().filter_map(|l| l.rsplit(',').next()?.parse::<f64>().ok()).fold(0.0, f64::max)
+/// Seconds the earlier process had trained when it last evaluated (log.csv's
+/// last column; 0 when the log is missing, which the resume then warns of).
+fn last_elapsed(paths: &RunPaths) -> Result<f64> {
+    let rows = run_log::read(&paths.log())?.unwrap_or_default();
+    Ok(rows.iter().filter_map(|r| r.value(7)).fold(0.0, f64::max))
 }
 
 /// Each model's transition from its points (in any order).

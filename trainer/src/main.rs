@@ -1,7 +1,7 @@
 //! `trainer`: train NRGPT / GPT baselines on Tiny Shakespeare, evaluate,
 //! sample, and write the character vocabulary.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -9,7 +9,7 @@ use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use nrgpt_core::format::Scheme;
 use nrgpt_core::model::num_params;
-use nrgpt_core::sample::{generate, SampleOpts};
+use nrgpt_core::sample::{generate_streamed, SampleOpts};
 use nrgpt_core::{Activation, Arch, BlockNorm, EbtInput, EbtUpdate, EtaInit, EtaKind, GptBlock, ModelConfig, NormKind, Vocab};
 use serde::Serialize;
 use nrgpt_core::bounds::{MAX_BLOCK, MAX_D_MODEL, MAX_FF_MULT, MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS, MAX_STEPS};
@@ -18,12 +18,13 @@ use trainer::data::Corpus;
 use trainer::eval::{full_loss, monotone_fraction};
 use trainer::net::{Net, Thinking};
 use trainer::export::export;
-use trainer::files::read_checkpoint;
+use trainer::files::{read_checkpoint, read_text, write_atomic};
 use trainer::fast::TrainBackend;
 use nrgpt_core::ebt::Verify;
-use nrgpt_core::ebt_session::{generate_ebt, EbtSession};
+use nrgpt_core::ebt_session::{generate_ebt_streamed, EbtSession};
 use nrgpt_core::session::{EbtThinkOpts, StepOpts};
 use trainer::resume::Requested;
+use trainer::stream::CharStream;
 use trainer::think_plan::EbtRegularisers;
 use trainer::thinking_table::{markdown, scatter_svg, thinking_table, TableSpec};
 use trainer::train::{run, RunPaths, Start, TrainSettings};
@@ -216,6 +217,10 @@ struct TrainArgs {
     /// Continue the run in --out from its checkpoint, exactly where it stopped.
     #[arg(long)]
     resume: bool,
+    /// Start a new run in --out even though it holds one: its checkpoint,
+    /// best model and log are removed first (without this, that is refused).
+    #[arg(long, conflicts_with = "resume")]
+    overwrite: bool,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -456,10 +461,29 @@ fn check_ebt_flags(a: &TrainArgs, given: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Options of `sample` / `eval` that only an EBT's thinking reads: given for
+/// another model they would do nothing, so they are refused by name.
+fn check_thinking_flags(ckpt: &Path, arch: Arch, given: &[String], ebt_only: &[&str]) -> Result<()> {
+    if arch == Arch::Ebt {
+        return Ok(());
+    }
+    let flags: Vec<String> = given.iter().filter(|id| ebt_only.contains(&id.as_str())).map(|id| format!("--{}", id.replace('_', "-"))).collect();
+    if !flags.is_empty() {
+        let verb = if flags.len() == 1 { "applies" } else { "apply" };
+        bail!("{} only {verb} to an EBT; {} is a {}", flags.join(", "), ckpt.display(), arch.name());
+    }
+    Ok(())
+}
+
+/// The clap ids of the options given on the command line (not defaults).
+fn given(m: &clap::ArgMatches) -> Vec<String> {
+    m.ids().map(|id| id.to_string()).filter(|id| m.value_source(id) == Some(ValueSource::CommandLine)).collect()
+}
 
 
-fn load_vocab(path: &PathBuf) -> Result<Vocab> {
-    let json = std::fs::read_to_string(path).with_context(|| format!("reading the vocabulary {}", path.display()))?;
+
+fn load_vocab(path: &Path) -> Result<Vocab> {
+    let json = read_text(path).context("reading the vocabulary")?;
     Vocab::from_tokenizer_json(&json).with_context(|| format!("parsing {}", path.display()))
 }
 
@@ -519,7 +543,11 @@ fn train(mut a: TrainArgs, mut given: Vec<String>, json: bool) -> Result<()> {
     };
     settings.ebt.check()?;
     let paths = RunPaths { dir: a.out.unwrap_or_else(|| PathBuf::from("runs").join(a.model.name())) };
-    let start = if a.resume { Start::Resume { iters: a.iters, requested: Requested { cfg, settings, given } } } else { Start::Fresh(cfg, settings) };
+    let start = if a.resume {
+        Start::Resume { iters: a.iters, requested: Requested { cfg, settings, given } }
+    } else {
+        Start::Fresh { cfg, settings, overwrite: a.overwrite }
+    };
     let t0 = Instant::now();
     let out = run(&corpus, &vocab, start, &paths, a.quiet, a.backend)?;
     if json {
@@ -598,8 +626,16 @@ struct VocabReport {
     out: PathBuf,
 }
 
-fn eval(a: EvalArgs, json: bool) -> Result<()> {
+/// `eval`'s options that only an EBT reads.
+const EVAL_EBT_ONLY: &[&str] = &["samples", "verify"];
+/// `sample`'s options that only an EBT reads. (`--steps` is not refused:
+/// `cargo xtask widgets` passes a widget's steps whatever its model, as the
+/// page's worker reads them, for an EBT only.)
+const SAMPLE_EBT_ONLY: &[&str] = &["samples", "verify", "accept_lower", "early_exit", "langevin"];
+
+fn eval(a: EvalArgs, given: &[String], json: bool) -> Result<()> {
     let ck = read_checkpoint(&a.on.ckpt)?;
+    check_thinking_flags(&a.on.ckpt, ck.config.arch, given, EVAL_EBT_ONLY)?;
     let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
     let net = Net::new(&ck.config, &ck.weights)?;
     let split = if a.split == "train" { &corpus.train } else { &corpus.val };
@@ -627,8 +663,14 @@ fn think(a: ThinkArgs, json: bool) -> Result<()> {
     let spec = TableSpec { steps: a.steps, samples: a.samples, verify: a.verify, batch: a.batch, langevin: a.langevin };
     let mut texts = vec![(format!("{} (val split)", a.data.display()), Corpus::load(&a.data, &ck.vocab)?.val)];
     for path in &a.ood {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        texts.push((path.display().to_string(), ck.vocab.encode(&text).with_context(|| format!("encoding {}", path.display()))?));
+        let text = read_text(path)?;
+        let ids = ck.vocab.encode(&text).with_context(|| format!("encoding {}", path.display()))?;
+        // checked before the val split's table: an unusable text must not cost that wait
+        let window = ck.config.block_size + 1;
+        if ids.len().min(a.max_chars) < window {
+            bail!("{} has {} characters: --ood needs at least one window of {window} (the model's block size + 1)", path.display(), ids.len());
+        }
+        texts.push((path.display().to_string(), ids));
     }
     let mut reports = Vec::new();
     for (i, (name, ids)) in texts.iter().enumerate() {
@@ -637,11 +679,12 @@ fn think(a: ThinkArgs, json: bool) -> Result<()> {
         let t = thinking_table(&ck.config, &ck.weights, ids, &spec, &mut |done, total| {
             pb.set_length(total as u64);
             pb.set_position(done as u64);
-        })?;
+        })
+        .with_context(|| format!("thinking over {name}"))?;
         pb.finish_and_clear();
         if let (0, Some(plot)) = (i, &a.plot) {
             let title = format!("{}: final energy vs loss per character (r = {:.3})", a.ckpt.display(), t.energy_loss_corr);
-            std::fs::write(plot, scatter_svg(&title, &t.points)).with_context(|| format!("writing {}", plot.display()))?;
+            write_atomic(plot, scatter_svg(&title, &t.points).as_bytes())?;
         }
         if !json {
             println!("{}", markdown(name, &t, &spec));
@@ -650,6 +693,39 @@ fn think(a: ThinkArgs, json: bool) -> Result<()> {
     }
     if json {
         return print_json(&reports);
+    }
+    Ok(())
+}
+
+fn sample(a: SampleArgs, given: &[String], json: bool) -> Result<()> {
+    let ck = read_checkpoint(&a.ckpt)?;
+    check_thinking_flags(&a.ckpt, ck.config.arch, given, SAMPLE_EBT_ONLY)?;
+    let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
+    let ebt = EbtThinkOpts { samples: a.samples, verify: a.verify, accept_lower: a.accept_lower, seed: a.seed, langevin: a.langevin };
+    let step = StepOpts { steps: a.steps, early_exit: a.early_exit, ebt };
+    // a prompt the model cannot read is refused before any of it is printed
+    ck.vocab.encode(&a.prompt).context("the prompt")?;
+    let mut stream = CharStream::stdout(a.len, json);
+    stream.write(&a.prompt).context("writing to stdout")?;
+    let mut emit = |ch: &str| stream.emit(ch);
+    let text = if ck.config.arch == Arch::Ebt {
+        generate_ebt_streamed(&mut EbtSession::new(&ck)?, &a.prompt, a.len, &opts, &step, &mut emit)?
+    } else {
+        generate_streamed(&ck.model()?, &ck.vocab, &a.prompt, a.len, &opts, &mut emit)?
+    };
+    if let Some(e) = stream.failure() {
+        return Err(e).context("writing the sample to stdout");
+    }
+    stream.write("\n").context("writing to stdout")?;
+    if let Some(path) = &a.trace {
+        let recorded = trainer::poster::trace(&ck, &a.prompt, a.len, &opts, &step)?;
+        // The poster stands in for the live run: it must be the same text.
+        anyhow::ensure!(recorded.text == text, "the traced run wrote {:?}, sample wrote {text:?}", recorded.text);
+        let json = serde_json::to_string(&recorded).context("serialising the trace")?;
+        write_atomic(path, (json + "\n").as_bytes())?;
+    }
+    if json {
+        return print_json(&SampleReport { prompt: a.prompt, text });
     }
     Ok(())
 }
@@ -685,38 +761,13 @@ fn main() -> Result<()> {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let json = cli.json;
+    let sub = matches.subcommand().map(|(_, m)| m).context("the subcommand's matches")?;
     match cli.cmd {
-        Cmd::Train(a) => {
-            let m = matches.subcommand_matches("train").context("the train subcommand's matches")?;
-            let given = m.ids().map(|id| id.to_string()).filter(|id| m.value_source(id) == Some(ValueSource::CommandLine)).collect();
-            train(a, given, json)
-        }
-        Cmd::Eval(a) => eval(a, json),
+        Cmd::Train(a) => train(a, given(sub), json),
+        Cmd::Eval(a) => eval(a, &given(sub), json),
         Cmd::Energy(a) => energy(a, json),
         Cmd::Think(a) => think(a, json),
-        Cmd::Sample(a) => {
-            let ck = read_checkpoint(&a.ckpt)?;
-            let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
-            let ebt = EbtThinkOpts { samples: a.samples, verify: a.verify, accept_lower: a.accept_lower, seed: a.seed, langevin: a.langevin };
-            let step = StepOpts { steps: a.steps, early_exit: a.early_exit, ebt };
-            let text = if ck.config.arch == Arch::Ebt {
-                generate_ebt(&mut EbtSession::new(&ck)?, &a.prompt, a.len, &opts, &step)?
-            } else {
-                generate(&ck.model()?, &ck.vocab, &a.prompt, a.len, &opts)?
-            };
-            if let Some(path) = &a.trace {
-                let recorded = trainer::poster::trace(&ck, &a.prompt, a.len, &opts, &step)?;
-                // The poster stands in for the live run: it must be the same text.
-                anyhow::ensure!(recorded.text == text, "the traced run wrote {:?}, sample wrote {text:?}", recorded.text);
-                let json = serde_json::to_string(&recorded).context("serialising the trace")?;
-                std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
-            }
-            if json {
-                return print_json(&SampleReport { prompt: a.prompt, text });
-            }
-            println!("{}{}", a.prompt, text);
-            Ok(())
-        }
+        Cmd::Sample(a) => sample(a, &given(sub), json),
         Cmd::Export { ckpt, out, quant } => {
             let e = export(&ckpt, &out, quant)?;
             if json {
@@ -738,9 +789,8 @@ fn main() -> Result<()> {
         }
         Cmd::ListopsAnswer(a) => trainer::listops_cli::answer(&a, json),
         Cmd::Vocab { data, out } => {
-            let text = std::fs::read_to_string(&data).with_context(|| format!("reading {}", data.display()))?;
-            let vocab = Vocab::from_text(&text)?;
-            std::fs::write(&out, tokenizer_json(&vocab)?).with_context(|| format!("writing {}", out.display()))?;
+            let vocab = Vocab::from_text(&read_text(&data)?).with_context(|| format!("the characters of {}", data.display()))?;
+            write_atomic(&out, tokenizer_json(&vocab)?.as_bytes())?;
             if json {
                 return print_json(&VocabReport { chars: vocab.len(), out });
             }

@@ -2,7 +2,6 @@
 //! evaluation, a CSV log and atomic checkpoints that resume exactly.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -18,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::data::{random_batch, random_batch_ids, Corpus};
 use crate::divergence::LossWatch;
 use crate::files::{read_checkpoint, write_atomic, RunLock};
+use crate::run_log::{self, Appender};
 use crate::resume::{check_flags, check_vocab, resumed_iters, Requested};
 use crate::eval::estimate_loss;
 use crate::fast::adamw::FastAdamW;
@@ -79,19 +79,67 @@ impl RunPaths {
     /// The run's checkpoint and the train state saved in it (what `--resume`
     /// continues from), or None while the run has no checkpoint.
     pub fn stored(&self) -> Result<Option<(Checkpoint, TrainState)>> {
-        let path = self.ckpt();
-        // try_exists, not exists: a folder we may not read is an error, not "no checkpoint"
-        if !path.try_exists().with_context(|| format!("reading {}", path.display()))? {
-            return Ok(None);
+        stored_at(&self.ckpt())
+    }
+
+    /// The val loss of the run's best model, which a new best must beat (the
+    /// file records it, so it holds across resumes whatever the log says);
+    /// infinity while there is none.
+    fn best_val(&self) -> Result<f64> {
+        let path = self.best();
+        let advice = || format!("{} is the run's best model: restore it, or move it aside to let this run save a new best", path.display());
+        let Some((_, state)) = stored_at(&path).with_context(advice)? else { return Ok(f64::INFINITY) };
+        state.val_loss.with_context(|| format!("{} records no val loss", path.display())).with_context(advice)
+    }
+
+    /// What a fresh run in this folder would replace: its checkpoint, its
+    /// best model, a log with rows.
+    fn existing(&self) -> Result<Vec<PathBuf>> {
+        let mut found = Vec::new();
+        for path in [self.ckpt(), self.best()] {
+            if path.try_exists().with_context(|| format!("reading {}", path.display()))? {
+                found.push(path);
+            }
         }
-        let ck = read_checkpoint(&path)?;
-        let state = ck.meta.get("train_state").with_context(|| format!("{} has no train_state", path.display()))?;
-        let state: TrainState = serde_json::from_str(state).with_context(|| format!("parsing the train_state of {}", path.display()))?;
-        Ok(Some((ck, state)))
+        if run_log::has_rows(&self.log())? {
+            found.push(self.log());
+        }
+        Ok(found)
     }
 }
 
-const CSV_HEADER: &str = "iter,lr,loss,grad_norm,train_loss,val_loss,tok_per_s,elapsed_s";
+/// A checkpoint file and the train state saved in it, or None when there is no file.
+fn stored_at(path: &Path) -> Result<Option<(Checkpoint, TrainState)>> {
+    // try_exists, not exists: a folder we may not read is an error, not "no checkpoint"
+    if !path.try_exists().with_context(|| format!("reading {}", path.display()))? {
+        return Ok(None);
+    }
+    let ck = read_checkpoint(path)?;
+    let state = ck.meta.get("train_state").with_context(|| format!("{} has no train_state", path.display()))?;
+    let state: TrainState = serde_json::from_str(state).with_context(|| format!("parsing the train_state of {}", path.display()))?;
+    Ok(Some((ck, state)))
+}
+
+/// A fresh run in `paths` may only replace a run there when told to.
+fn clear_for_fresh_run(paths: &RunPaths, overwrite: bool) -> Result<()> {
+    let existing = paths.existing()?;
+    if existing.is_empty() {
+        return Ok(());
+    }
+    if !overwrite {
+        let names: Vec<String> = existing.iter().map(|p| p.display().to_string()).collect();
+        bail!(
+            "{} holds a run ({}): --resume continues it, --overwrite replaces it, or give another --out",
+            paths.dir.display(),
+            names.join(", ")
+        );
+    }
+    for path in existing {
+        std::fs::remove_file(&path).with_context(|| format!("removing {} (--overwrite)", path.display()))?;
+    }
+    Ok(())
+}
+
 const STREAM_DROPOUT: u64 = 0xD50;
 /// Attention dropout draws from its own stream, so turning it on leaves the
 /// residual masks (and every earlier run) as they were.
@@ -106,12 +154,6 @@ fn save(path: &Path, cfg: &ModelConfig, vocab: &Vocab, weights: Weights, extra: 
     meta.insert("train_state".to_string(), serde_json::to_string(state)?);
     let ck = Checkpoint { config: cfg.clone(), vocab: vocab.clone(), weights, extra, meta };
     write_atomic(path, &ck.to_bytes()?)
-}
-
-/// The lowest val estimate in a run's log (infinity when it has none).
-fn best_logged_val(log: &Path) -> f64 {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines().skip(1).filter_map(|l| l.split(',').nth(5)?.parse::<f64>().ok()).fold(f64::INFINITY, f64::min)
 }
 
 /// The model and optimizer of one backend: candle autograd on `Var`s, or the
@@ -280,21 +322,6 @@ impl Learner {
     }
 }
 
-/// Keeps the log rows of iterations before `iter` (a resumed run rewrites the rest).
-fn truncate_log(path: &Path, iter: usize) -> Result<()> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut out = String::from(CSV_HEADER);
-    out.push('\n');
-    for line in text.lines().skip(1) {
-        let it: usize = line.split(',').next().and_then(|s| s.parse().ok()).unwrap_or(usize::MAX);
-        if it < iter {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    write_atomic(path, out.as_bytes())
-}
-
 pub struct Outcome {
     pub train_loss: f64,
     pub val_loss: f64,
@@ -303,7 +330,8 @@ pub struct Outcome {
 
 /// How a run starts.
 pub enum Start {
-    Fresh(ModelConfig, TrainSettings),
+    /// A new run; `overwrite` lets it replace a run already in the folder.
+    Fresh { cfg: ModelConfig, settings: TrainSettings, overwrite: bool },
     /// Continue the run in the folder with its saved settings; `iters` extends
     /// it, and `requested` must agree with what the run stored.
     Resume { iters: Option<usize>, requested: Requested },
@@ -326,12 +354,14 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
             s.iters = resumed_iters(s.iters, state.iter, iters)?;
             (ck.config, s, ck.weights, Some((ck.extra, state.iter)))
         }
-        Start::Fresh(cfg, settings) => {
+        Start::Fresh { cfg, settings, overwrite } => {
             let mut w = init_weights(&cfg, settings.seed, DType::F32, &dev)?;
             if let (Body::Ebt(ix), Some(a)) = (&WeightLayout::new(&cfg).body, settings.ebt.step_size) {
                 let name = WeightLayout::new(&cfg).name(ix.log_a).to_string();
                 w.insert(name, Tensor::new(&[a.ln() as f32], &dev)?);
             }
+            // after the config is known to be good: a refused flag touches nothing
+            clear_for_fresh_run(paths, overwrite)?;
             (cfg, settings, w, None)
         }
     };
@@ -342,17 +372,17 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
     let start = match opt_state {
         Some((extra, iter)) => {
             learner.load_opt_state(&extra, iter as u64)?;
-            truncate_log(&paths.log(), iter)?;
+            run_log::truncate_for_resume(&paths.log(), iter)?;
             iter
         }
         None => {
-            write_atomic(&paths.log(), format!("{CSV_HEADER}\n").as_bytes())?;
+            run_log::create(&paths.log())?;
             0
         }
     };
-    let mut log = std::fs::OpenOptions::new().append(true).open(paths.log()).with_context(|| format!("opening {}", paths.log().display()))?;
-    let mut best_val = best_logged_val(&paths.log());
-    let mut watch = LossWatch::new(cfg.vocab_size, start, settings.lr);
+    let mut log = Appender::open(&paths.log())?;
+    let mut best_val = paths.best_val()?;
+    let mut watch = LossWatch::new(&cfg, &settings.ebt, start, settings.lr, paths.dir.clone());
     let s = &settings;
     let pb = if quiet { ProgressBar::hidden() } else { ProgressBar::new(s.iters as u64) };
     pb.set_style(ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]")?);
@@ -383,19 +413,23 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
             // checked before anything of this state is logged or saved
             watch.check(iter, "train-split estimate", last_train)?;
             watch.check(iter, "val loss", last_val)?;
-            writeln!(log, "{iter},,,,{last_train},{last_val},,{:.3}", t0.elapsed().as_secs_f64())?;
+            // the checkpoint first, then the best model, then the row: a kill
+            // between them leaves no best or row without its checkpoint, and the
+            // resume evaluates this iteration again
+            let state = TrainState { iter, settings: s.clone(), train_loss: Some(last_train), val_loss: Some(last_val) };
+            save(&paths.ckpt(), &cfg, vocab, weights.clone(), learner.opt_state()?, &state)?;
+            watch.saved(iter);
+            if last_val < best_val {
+                best_val = last_val;
+                save(&paths.best(), &cfg, vocab, weights, Weights::new(), &state)?;
+            }
+            log.append(&format!("{iter},,,,{last_train},{last_val},,{:.3}", t0.elapsed().as_secs_f64()))?;
             let line = format!("iter {iter:>6}: train {last_train:.4}  val {last_val:.4}");
             if quiet {
                 eprintln!("{line}");
             } else {
                 pb.println(line);
             }
-            let state = TrainState { iter, settings: s.clone(), train_loss: Some(last_train), val_loss: Some(last_val) };
-            if last_val < best_val {
-                best_val = last_val;
-                save(&paths.best(), &cfg, vocab, weights.clone(), Weights::new(), &state)?;
-            }
-            save(&paths.ckpt(), &cfg, vocab, weights, learner.opt_state()?, &state)?;
         }
         if iter == s.iters {
             break;
@@ -407,7 +441,7 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
         train_time += step_t.elapsed().as_secs_f64();
         trained_tokens += s.batch * cfg.block_size;
         let tps = trained_tokens as f64 / train_time;
-        writeln!(log, "{iter},{lr:e},{loss_v},{gnorm},,,{tps:.1},{:.3}", t0.elapsed().as_secs_f64())?;
+        log.append(&format!("{iter},{lr:e},{loss_v},{gnorm},,,{tps:.1},{:.3}", t0.elapsed().as_secs_f64()))?;
         pb.set_message(format!("loss {loss_v:.3} | val {last_val:.3} | {:.1}k tok/s", tps / 1000.0));
         pb.inc(1);
     }

@@ -1,5 +1,7 @@
-//! A run that diverges stops before saving that state; `--resume` refuses
-//! flags, an iteration count, a tokenizer or stored settings it cannot honour.
+//! A run that diverges stops by name before saving that state; a run folder
+//! is never replaced without --overwrite, and a damaged or lost log loses
+//! neither the history nor the best model; `--resume` refuses flags, an
+//! iteration count, a tokenizer or stored settings it cannot honour.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -49,19 +51,96 @@ fn iter_of(ck: &Checkpoint) -> u64 {
     state["iter"].as_u64().unwrap()
 }
 
-#[test]
-fn a_diverging_run_stops_before_saving_that_state() {
-    let out = tmp("lr100");
-    let o = train(&out, &[TINY, &["--lr", "100", "--iters", "40"]].concat());
-    let err = stderr(&o);
-    assert!(!o.status.success(), "the run went on: {err}");
-    assert!(err.contains("stopped at iteration") && err.contains("--lr 100") && err.contains("last good one is kept"), "{err}");
-    // what is on disk is the last good state: it loads, and evaluates to a finite loss
-    let ck = load(&out);
-    let stopped: u64 = err.split("stopped at iteration ").nth(1).unwrap().split(':').next().unwrap().parse().unwrap();
-    assert!(iter_of(&ck) <= stopped, "saved iteration {} after the stop at {stopped}", iter_of(&ck));
+fn val_of(file: &Path) -> f64 {
+    let ck = Checkpoint::from_bytes(&std::fs::read(file).unwrap(), DType::F32, &Device::Cpu).unwrap();
     let state: serde_json::Value = serde_json::from_str(&ck.meta["train_state"]).unwrap();
-    assert!(state["val_loss"].as_f64().unwrap().is_finite());
+    state["val_loss"].as_f64().unwrap()
+}
+
+/// The lr-100 runs: a GPT's weights blow past the tensor bound on its
+/// first update (the error was that bound, not divergence), an EBT's saved
+/// a checkpoint of val 485 before the median rule had history.
+#[test]
+fn a_diverging_run_is_stopped_by_name_before_any_checkpoint_of_it() {
+    let uniform = 65f64.ln();
+    for model in [&["--model", "gpt"][..], &["--model", "ebt", "--layers", "1"]] {
+        let out = tmp(&format!("lr100-{}", model[1]));
+        let o = train(&out, &[TINY, model, &["--lr", "100", "--iters", "40"]].concat());
+        let err = stderr(&o);
+        assert!(!o.status.success(), "the run went on: {err}");
+        assert!(err.contains("the run diverged at iteration") && err.contains("--lr 100"), "{err}");
+        assert!(err.contains("holds iteration 0, the last good state") && err.contains("trainer train --resume --out"), "{err}");
+        // nothing on disk is from past the divergence: both files are the fresh model's
+        for file in ["ckpt.safetensors", "best.safetensors"] {
+            let val = val_of(&out.join(file));
+            assert!(val < 1.5 * uniform, "{model:?}: {file} has val {val}, far above the uniform {uniform}");
+        }
+    }
+}
+
+#[test]
+fn a_fresh_run_into_a_folder_holding_a_run_is_refused_unless_overwrite() {
+    let out = tmp("overwrite");
+    assert!(train(&out, &[TINY, &["--iters", "10"]].concat()).status.success());
+    let before: Vec<Vec<u8>> = ["ckpt.safetensors", "best.safetensors", "log.csv"].iter().map(|f| std::fs::read(out.join(f)).unwrap()).collect();
+    let o = train(&out, &[TINY, &["--iters", "4"]].concat());
+    let err = stderr(&o);
+    assert!(!o.status.success() && err.contains("holds a run") && err.contains("--resume continues it, --overwrite replaces it"), "{err}");
+    assert!(err.contains("ckpt.safetensors") && err.contains("best.safetensors") && err.contains("log.csv"), "{err}");
+    let after: Vec<Vec<u8>> = ["ckpt.safetensors", "best.safetensors", "log.csv"].iter().map(|f| std::fs::read(out.join(f)).unwrap()).collect();
+    assert!(before == after, "the refused run changed the folder");
+    // a refused flag is reported as such, before the folder is looked at
+    let o = train(&out, &[TINY, &["--iters", "4", "--gpt-block", "parallel"]].concat());
+    assert!(!o.status.success() && stderr(&o).contains("gpt_block"), "{}", stderr(&o));
+    let o = train(&out, &["--resume", "--overwrite"]);
+    assert!(o.status.code() == Some(2) && stderr(&o).contains("--overwrite"), "{}", stderr(&o));
+    let o = train(&out, &[TINY, &["--iters", "4", "--overwrite"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(iter_of(&load(&out)), 4);
+    let log = std::fs::read_to_string(out.join("log.csv")).unwrap();
+    assert!(!log.lines().any(|l| l.starts_with("10,")), "the old run's rows survived --overwrite: {log}");
+}
+
+/// Rewrites the val loss `best.safetensors` records, as if the run's best had been that good.
+fn set_best_val(out: &Path, val: f64) {
+    let path = out.join("best.safetensors");
+    let mut ck = Checkpoint::from_bytes(&std::fs::read(&path).unwrap(), DType::F32, &Device::Cpu).unwrap();
+    let mut state: serde_json::Value = serde_json::from_str(&ck.meta["train_state"]).unwrap();
+    state["val_loss"] = val.into();
+    ck.meta.insert("train_state".into(), state.to_string());
+    std::fs::write(&path, ck.to_bytes().unwrap()).unwrap();
+}
+
+#[test]
+fn a_damaged_or_lost_log_loses_neither_the_history_nor_the_best_model() {
+    let out = tmp("log");
+    assert!(train(&out, &[TINY, &["--lr", "1e-2", "--iters", "10"]].concat()).status.success());
+    // the best so far is better than anything this short run can reach
+    set_best_val(&out, 0.5);
+    let best = std::fs::read(out.join("best.safetensors")).unwrap();
+    let log = out.join("log.csv");
+    let mut bytes = std::fs::read(&log).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] = 0xff;
+    std::fs::write(&log, &bytes).unwrap();
+    let o = train(&out, &["--resume", "--iters", "15"]);
+    let err = stderr(&o);
+    assert!(!o.status.success() && err.contains("log.csv is not UTF-8") && err.contains("move it aside"), "{err}");
+    assert_eq!(std::fs::read(&log).unwrap(), bytes, "the damaged log was replaced");
+    assert_eq!(iter_of(&load(&out)), 10, "the run went on");
+    // an unparsable row is named with its line
+    std::fs::write(&log, String::from_utf8_lossy(&bytes).replace('\u{fffd}', "x")).unwrap();
+    let err = stderr(&train(&out, &["--resume", "--iters", "15"]));
+    assert!(err.contains("log.csv is damaged: line"), "{err}");
+    // a lost log: the run resumes, says what is gone, and the best model stays
+    std::fs::remove_file(&log).unwrap();
+    let o = train(&out, &["--resume", "--iters", "15"]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("log.csv is missing: the log of iterations 0..10 is lost"), "{err}");
+    assert!(std::fs::read(out.join("best.safetensors")).unwrap() == best, "best.safetensors was replaced by a worse model");
+    let rows: Vec<String> = std::fs::read_to_string(&log).unwrap().lines().skip(1).map(String::from).collect();
+    assert!(rows.first().is_some_and(|r| r.starts_with("10,")) && rows.last().is_some_and(|r| r.starts_with("15,")), "{rows:?}");
 }
 
 #[test]

@@ -161,16 +161,19 @@ fn last_log_iter(log: &Path) -> Option<(usize, bool)> {
     Some((cols.first()?.parse().ok()?, cols.get(5).is_some_and(|v| !v.is_empty())))
 }
 
-/// (iteration, train estimate, val estimate) at each evaluation of a run.
-pub(crate) fn eval_points(log: &Path) -> Vec<(f64, f64, f64)> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
+/// (iteration, train estimate, val estimate) at each evaluation of a run
+/// (the rows with estimates); a log that cannot be read is an error, not
+/// an empty curve.
+pub(crate) fn eval_points(log: &Path) -> Result<Vec<(f64, f64, f64)>> {
+    let text = std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
+    Ok(text
+        .lines()
         .skip(1)
         .filter_map(|l| {
             let c: Vec<&str> = l.split(',').collect();
             Some((c.first()?.parse().ok()?, c.get(4)?.parse().ok()?, c.get(5)?.parse().ok()?))
         })
-        .collect()
+        .collect())
 }
 
 /// Whether the run in `dir` reached `iters` iterations and evaluated there.
@@ -543,17 +546,21 @@ fn write_figure(quality: &[Quality], cmd_name: &str) -> Result<()> {
             .iter()
             .filter(|q| q.size == size)
             .enumerate()
-            .map(|(i, q)| Series {
-                label: q.name.to_string(),
-                points: eval_points(&q.dir.join("log.csv")).into_iter().map(|(it, _, v)| (it, v)).collect(),
-                dashed: false,
-                colour: COLOURS[i % COLOURS.len()],
+            .map(|(i, q)| {
+                Ok(Series {
+                    label: q.name.to_string(),
+                    points: eval_points(&q.dir.join("log.csv"))?.into_iter().map(|(it, _, v)| (it, v)).collect(),
+                    dashed: false,
+                    colour: COLOURS[i % COLOURS.len()],
+                })
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let params = quality.iter().filter(|q| q.size == size).map(|q| q.params).max().unwrap_or(0);
         panels.push(Panel { title: format!("{size}: ~{:.2}M params, val loss", params as f64 / 1e6), x_label: ITER_AXIS.into(), series });
     }
-    let pts = eval_points(&root().join(DEFAULT_RUN));
+    // the shipped default's log is optional: the figure has its panel when it is there
+    let default_run = root().join(DEFAULT_RUN);
+    let pts = if default_run.is_file() { eval_points(&default_run)? } else { Vec::new() };
     if !pts.is_empty() {
         panels.push(Panel {
             title: "shipped default (www/models/default-training.csv)".into(),
@@ -567,7 +574,7 @@ fn write_figure(quality: &[Quality], cmd_name: &str) -> Result<()> {
     let caption = vec![format!("`{cmd_name}` on {} ({}); eval-point estimates from the training logs (runs/bench/*/log.csv, {DEFAULT_RUN})", machine(), today())];
     let path = root().join(FIGURE);
     std::fs::create_dir_all(path.parent().expect("figure has a folder"))?;
-    std::fs::write(&path, crate::plot::svg(&panels, &caption)).with_context(|| format!("writing {FIGURE}"))
+    crate::atomic::write_atomic(&path, crate::plot::svg(&panels, &caption).as_bytes())
 }
 
 const ITER_AXIS: &str = "iteration (loss in nats/char)";
@@ -579,9 +586,13 @@ fn write_bench_md(md: &str) -> Result<()> {
         "# Benchmarks\n\nWritten by `cargo xtask bench` (the full run takes about an hour on 2 cores; \
          `cargo xtask bench --smoke` is part of the test suite). History is in git.\n\n{md}\n![Loss curves]({FIGURE})\n"
     );
-    let old = std::fs::read_to_string(root().join(BENCH_MD)).unwrap_or_default();
+    // a missing BENCH.md has no sections to keep; an unreadable one must not lose them
+    let old = match std::fs::read_to_string(root().join(BENCH_MD)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        r => r.with_context(|| format!("reading {BENCH_MD}"))?,
+    };
     let kept: String = sections(&old).into_iter().map(|(_, block)| format!("\n{block}\n")).collect();
-    std::fs::write(root().join(BENCH_MD), text + &kept).with_context(|| format!("writing {BENCH_MD}"))
+    crate::atomic::write_atomic(&root().join(BENCH_MD), (text + &kept).as_bytes())
 }
 
 fn section_marks(name: &str) -> (String, String) {
@@ -613,7 +624,7 @@ pub(crate) fn replace_bench_section(name: &str, md: &str) -> Result<()> {
         Some((_, was)) => old.replacen(was, &block, 1),
         None => format!("{}\n\n{block}\n", old.trim_end()),
     };
-    std::fs::write(&path, text).with_context(|| format!("writing {BENCH_MD}"))
+    crate::atomic::write_atomic(&path, text.as_bytes())
 }
 
 #[cfg(test)]

@@ -117,7 +117,7 @@ pub fn write(root: &Path, out: &Path) -> Result<String> {
         if rel == MANIFEST {
             text = versioned_manifest(&text, f.parent().context("the manifest has a folder")?)?;
         }
-        std::fs::write(&dest, text).with_context(|| format!("writing {}", dest.display()))?;
+        crate::atomic::write_atomic(&dest, text.as_bytes())?;
     }
     for file in VERSIONED.iter().map(|(f, _)| *f).chain([MANIFEST]) {
         if !out.join(file).is_file() {

@@ -7,6 +7,10 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+// the trainer's one writer of files, compiled here too: xtask does not
+// depend on the trainer (it would build candle for every xtask command)
+#[path = "../../trainer/src/files/atomic.rs"]
+mod atomic;
 mod bench;
 mod ebt_bench;
 mod science;
@@ -220,8 +224,8 @@ fn browser_test_run(capture: bool) -> Result<String> {
     let out_dir = root().join("tests/browser/out");
     std::fs::create_dir_all(&out_dir)?;
     let long_files = (out_dir.join("long-prompt.txt"), out_dir.join("long-expected.txt"));
-    std::fs::write(&long_files.0, &long_prompt)?;
-    std::fs::write(&long_files.1, &long_expected)?;
+    atomic::write_atomic(&long_files.0, long_prompt.as_bytes())?;
+    atomic::write_atomic(&long_files.1, long_expected.as_bytes())?;
     let (ebt_steps, ebt_samples) = (EBT_TEST_STEPS.to_string(), EBT_TEST_SAMPLES.to_string());
     let ebt_expected = native_reference(EBT_MODEL, TEST_PROMPT, EBT_TEST_LEN, &["--steps", &ebt_steps, "--samples", &ebt_samples, "--verify", "min", "--langevin", EBT_TEST_LANGEVIN])?;
     let listener = serve::bind(0)?;
@@ -345,7 +349,7 @@ fn posters() -> Result<()> {
         let id = w.key.rsplit('#').next().unwrap_or_default();
         html = widgets::with_fallback(&html, id, &format!("{}{text}", w.attrs["prompt"]))?;
     }
-    std::fs::write(&page, html).with_context(|| format!("writing {BLOG_DEMO}"))
+    atomic::write_atomic(&page, html.as_bytes())
 }
 
 fn serve(port: u16) -> Result<()> {

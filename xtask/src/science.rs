@@ -254,7 +254,7 @@ fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, iters: usize, train
             // caches from before the descent column get it while their checkpoint is here
             if e.descent.is_none() && row.is_nrgpt() && ckpt.is_file() {
                 e.descent = descent()?;
-                std::fs::write(&cache, serde_json::to_string_pretty(&e)?).with_context(|| format!("writing {}", cache.display()))?;
+                crate::atomic::write_atomic(&cache, serde_json::to_string_pretty(&e)?.as_bytes())?;
             }
             return Ok(Run { dir, lr, evals: Some(e) });
         }
@@ -273,11 +273,11 @@ fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, iters: usize, train
         val: eval(&ckpt, "val")?,
         best_val: eval(&dir.join("best.safetensors"), "val")?,
         train: eval(&ckpt, "train")?,
-        tokens_per_s: mean_tokens_per_s(&dir.join("log.csv")),
-        points: eval_points(&dir.join("log.csv")),
+        tokens_per_s: mean_tokens_per_s(&dir.join("log.csv"))?,
+        points: eval_points(&dir.join("log.csv"))?,
         descent: descent()?,
     };
-    std::fs::write(&cache, serde_json::to_string_pretty(&evals)?).with_context(|| format!("writing {}", cache.display()))?;
+    crate::atomic::write_atomic(&cache, serde_json::to_string_pretty(&evals)?.as_bytes())?;
     Ok(Run { dir, lr, evals: Some(evals) })
 }
 
@@ -288,9 +288,9 @@ fn held_elsewhere(dir: &Path) -> bool {
 }
 
 /// The training speed the log's last training row reports (a running mean over the run's last sitting).
-fn mean_tokens_per_s(log: &Path) -> f64 {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines().rev().find_map(|l| l.split(',').nth(6)?.parse().ok()).unwrap_or(0.0)
+fn mean_tokens_per_s(log: &Path) -> Result<f64> {
+    let text = std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
+    Ok(text.lines().rev().find_map(|l| l.split(',').nth(6)?.parse().ok()).unwrap_or(0.0))
 }
 
 /// How a val curve ends: turned up, flat, or still falling, judged on its
@@ -548,7 +548,7 @@ fn write_figures(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>]) -> Result<
 fn write_svg(path: &str, panels: &[Panel], caption: &[String]) -> Result<()> {
     let full = root().join(path);
     std::fs::create_dir_all(full.parent().expect("figures have a folder"))?;
-    std::fs::write(&full, crate::plot::svg(panels, caption)).with_context(|| format!("writing {path}"))
+    crate::atomic::write_atomic(&full, crate::plot::svg(panels, caption).as_bytes())
 }
 
 /// The smoke run must train, evaluate, choose an lr and report every row.

@@ -98,6 +98,9 @@ fn check_nrgpt_options(cfg: &ModelConfig) -> Result<()> {
     if cfg.gpt_block != GptBlock::Sequential && !matches!(cfg.arch, Arch::Gpt | Arch::GptRec) {
         return Err(field_err("gpt_block", cfg.gpt_block.name(), format!("must be sequential: only the GPT baselines have a parallel block, not {}", cfg.arch.name())));
     }
+    if !nrgpt && cfg.eta == EtaKind::Free {
+        return Err(field_err("eta", cfg.eta.name(), format!("must be stable: only NRGPT has an eta step, not {}", cfg.arch.name())));
+    }
     if cfg.eta_init != EtaInit::Identity && !(nrgpt && cfg.eta == EtaKind::Free) {
         return Err(field_err("eta_init", cfg.eta_init.name(), "must be identity unless the model is an NRGPT with a free eta".into()));
     }
@@ -225,6 +228,9 @@ mod tests {
             ("attn_diag", Box::new(|c| (c.arch, c.attn_diag) = (Arch::Ebt, true))),
             // a stable step has no matrix to initialise
             ("eta_init", Box::new(|c| c.eta_init = EtaInit::Normal)),
+            // a free eta on a model with no eta step would be ignored
+            ("eta", Box::new(|c| (c.arch, c.eta) = (Arch::Ebt, EtaKind::Free))),
+            ("eta", Box::new(|c| (c.arch, c.eta) = (Arch::Gpt, EtaKind::Free))),
             ("block_norm", Box::new(|c| (c.arch, c.block_norm) = (Arch::GptRec, BlockNorm::Bare))),
             ("gpt_block", Box::new(|c| c.gpt_block = GptBlock::Parallel)),
             ("gpt_block", Box::new(|c| (c.arch, c.gpt_block) = (Arch::Ebt, GptBlock::Parallel))),

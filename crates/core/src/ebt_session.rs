@@ -3,6 +3,8 @@
 //! with the oracle's tensor ops. The engine's incremental EBT decoder and the
 //! page are held to this (same seed, same text; logits within 1e-3).
 
+use std::ops::ControlFlow;
+
 use candle_core::{DType, Device, Tensor};
 
 use crate::ebt::{Context, Ebt, Verify};
@@ -189,6 +191,19 @@ impl EbtSession {
 /// Generates `n_chars` after `prompt`: each character sampled from the
 /// chosen candidate's final logits. The text `trainer sample` prints for an EBT.
 pub fn generate_ebt(session: &mut EbtSession, prompt: &str, n_chars: usize, sample: &SampleOpts, step: &StepOpts) -> Result<String> {
+    generate_ebt_streamed(session, prompt, n_chars, sample, step, &mut |_| ControlFlow::Continue(()))
+}
+
+/// [`generate_ebt`], handing each character to `emit` as soon as it is
+/// drawn; `emit` breaking stops the run, which returns the text up to there.
+pub fn generate_ebt_streamed(
+    session: &mut EbtSession,
+    prompt: &str,
+    n_chars: usize,
+    sample: &SampleOpts,
+    step: &StepOpts,
+    emit: &mut dyn FnMut(&str) -> ControlFlow<()>,
+) -> Result<String> {
     let ids = session.vocab.encode(prompt)?;
     let Some((&last, inner)) = ids.split_last() else {
         return Err(Error::Vocab("the prompt is empty".into()));
@@ -201,6 +216,9 @@ pub fn generate_ebt(session: &mut EbtSession, prompt: &str, n_chars: usize, samp
     for i in 0..n_chars {
         let next = draw(&filtered_probs(&trace.logits, sample), &mut rng) as u32;
         out.push(next);
+        if emit(&session.vocab.decode(&[next])).is_break() {
+            break;
+        }
         if i + 1 < n_chars {
             trace = session.push(next, step)?;
         }

@@ -1,5 +1,7 @@
 //! Sampling the next character and the plain (full recompute) generation loop.
 
+use std::ops::ControlFlow;
+
 use candle_core::{DType, Tensor};
 
 use crate::rng::Rng64;
@@ -99,6 +101,13 @@ pub fn draw(probs: &[f32], rng: &mut Rng64) -> usize {
 /// [`slide_window`] policy) for every character: the simple reference the
 /// engine's cached decoding and the page must match.
 pub fn generate(model: &Model, vocab: &Vocab, prompt: &str, n_chars: usize, opts: &SampleOpts) -> Result<String> {
+    generate_streamed(model, vocab, prompt, n_chars, opts, &mut |_| ControlFlow::Continue(()))
+}
+
+/// [`generate`], handing each character to `emit` as soon as it is drawn (a
+/// long run shows, and keeps, what it wrote so far); `emit` breaking stops
+/// the run, which returns the text up to there.
+pub fn generate_streamed(model: &Model, vocab: &Vocab, prompt: &str, n_chars: usize, opts: &SampleOpts, emit: &mut dyn FnMut(&str) -> ControlFlow<()>) -> Result<String> {
     opts.validate()?;
     let prompt_ids = vocab.encode(prompt)?;
     if prompt_ids.is_empty() {
@@ -117,6 +126,9 @@ pub fn generate(model: &Model, vocab: &Vocab, prompt: &str, n_chars: usize, opts
         slide_window(&mut ids, block);
         ids.push(next);
         out.push(next);
+        if emit(&vocab.decode(&[next])).is_break() {
+            break;
+        }
     }
     Ok(vocab.decode(&out))
 }

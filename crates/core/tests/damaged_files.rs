@@ -104,6 +104,32 @@ fn extra_tensors_are_refused_in_f32_files_too() {
     Checkpoint::from_bytes(&p.to_bytes(), DType::F32, &Device::Cpu).unwrap();
 }
 
+/// A weights-only f32 file (best.safetensors, an f32 export) holds no
+/// optimizer state: a tensor too many there is named as such, not reported
+/// as an incomplete optimizer state.
+#[test]
+fn an_extra_tensor_in_a_weights_only_file_is_named_not_called_a_missing_moment() {
+    let weights_only = |arch| {
+        let mut p = Parts::of(&f32_bytes(arch));
+        p.tensors.retain(|n, _| !n.starts_with("opt."));
+        p
+    };
+    let mut p = weights_only(Arch::Gpt);
+    let b = p.tensors["head.b"].clone();
+    p.tensors.insert("stowaway".into(), b);
+    let err = refused(&p.to_bytes());
+    assert_has(&err, &["unexpected tensor `stowaway`", "(arch gpt)"]);
+    assert!(!err.contains("incomplete"), "{err}");
+    // arch relabelled: ff1 has no w2 / b2
+    let mut p = weights_only(Arch::NrgptFf2w);
+    p.edit_config(|c| {
+        c.insert("arch".into(), json!("nrgpt-ff1"));
+    });
+    let err = refused(&p.to_bytes());
+    assert_has(&err, &["unexpected tensor `block.ff.", "(arch nrgpt-ff1)", "written with another config"]);
+    assert!(!err.contains("incomplete"), "{err}");
+}
+
 #[test]
 fn a_flipped_byte_in_the_optimizer_state_is_refused() {
     // the case: one exponent byte of opt.m.head.w made the loss 1e33

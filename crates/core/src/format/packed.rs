@@ -19,7 +19,7 @@ use super::header::{meta_field, model_meta, open, read_model_meta, Metadata, FOR
 use crate::bounds::{check_values, weight_rule, ValueRule, MAX_ABS_MOMENT, MAX_ABS_WEIGHT, MAX_SECOND_MOMENT};
 use crate::layout::{Body, ParamSpec, WeightLayout, EBT_REPLAY, MAX_ABS_REPLAY};
 use crate::model::{check_weights, Weights};
-use crate::{Error, ModelConfig, Result, Vocab};
+use crate::{Arch, Error, ModelConfig, Result, Vocab};
 
 /// A parameter as the GPU engine would upload it.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,7 +122,7 @@ impl PackedCheckpoint {
                 return Err(Error::Checkpoint(format!("unexpected tensor `{name}` in a {scheme} checkpoint")));
             }
         } else {
-            check_optimizer_state(st, &layout, &expected)?;
+            check_optimizer_state(st, config.arch, &layout, &expected)?;
         }
         Ok(Self { config, vocab, scheme, layout, tensors })
     }
@@ -232,13 +232,25 @@ fn read_floats(st: &SafeTensors, name: &str, shape: &[usize], dtype: Dtype) -> R
 /// Beyond the weights an f32 file may hold AdamW's moments and nothing else:
 /// `opt.m.NAME` and `opt.v.NAME` for every parameter (all or none), F32, of
 /// the parameter's shape, with bounded values.
-fn check_optimizer_state(st: &SafeTensors, layout: &WeightLayout, weights: &HashSet<String>) -> Result<()> {
+fn check_optimizer_state(st: &SafeTensors, arch: Arch, layout: &WeightLayout, weights: &HashSet<String>) -> Result<()> {
     // sorted, so the error names the same tensor every time
     let extras: BTreeSet<&str> = st.names().into_iter().filter(|n| !weights.contains(*n)).collect();
     if extras.is_empty() {
         return Ok(());
     }
-    let mut moments = HashSet::new();
+    // a tensor that is neither a moment of this config's parameters nor the
+    // replay buffer is named as what it is, before any talk of moments: a
+    // weights-only file with a stowaway, or with its `arch` edited, holds no
+    // optimizer state at all
+    let ebt = matches!(layout.body, Body::Ebt(_));
+    let is_moment = |n: &str| ["opt.m.", "opt.v."].iter().any(|p| n.strip_prefix(p).is_some_and(|w| weights.contains(w)));
+    if let Some(name) = extras.iter().find(|n| !(is_moment(n) || (ebt && **n == EBT_REPLAY))) {
+        return Err(Error::Checkpoint(format!(
+            "unexpected tensor `{name}`: not one of the {} parameters of its config (arch {}) nor their optimizer moments; was the file written with another config?",
+            layout.specs.len(),
+            arch.name()
+        )));
+    }
     for spec in &layout.specs {
         for (prefix, rule) in [("opt.m.", ValueRule::Abs(MAX_ABS_MOMENT)), ("opt.v.", ValueRule::NonNegative(MAX_SECOND_MOMENT))] {
             let name = format!("{prefix}{}", spec.name);
@@ -246,25 +258,17 @@ fn check_optimizer_state(st: &SafeTensors, layout: &WeightLayout, weights: &Hash
                 return Err(Error::Checkpoint(format!("optimizer state is incomplete: `{name}` is missing")));
             }
             check_values(&name, &read_floats(st, &name, &spec.shape, Dtype::F32)?, rule)?;
-            moments.insert(name);
         }
     }
-    if let (Body::Ebt(_), true) = (&layout.body, extras.contains(EBT_REPLAY)) {
+    if ebt && extras.contains(EBT_REPLAY) {
         let (dims, _) = view_bytes(st, EBT_REPLAY, Dtype::F32)?;
         let (block, v) = (layout.specs[layout.pos].shape[0], layout.specs[layout.tok].shape[0]);
         if dims.len() != 3 || dims[1] != block || dims[2] != v {
             return Err(Error::Checkpoint(format!("`{EBT_REPLAY}` has shape {dims:?}, expected (k, {block}, {v})")));
         }
         check_values(EBT_REPLAY, &read_floats(st, EBT_REPLAY, &dims, Dtype::F32)?, ValueRule::Abs(MAX_ABS_REPLAY))?;
-        moments.insert(EBT_REPLAY.to_string());
     }
-    match extras.iter().find(|n| !moments.contains(**n)) {
-        Some(name) => Err(Error::Checkpoint(format!(
-            "unexpected tensor `{name}`: an f32 checkpoint holds the {} parameters of its config and their optimizer moments only",
-            layout.specs.len()
-        ))),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 /// `NAME.q` and `NAME.scale` of an int8 / int4 weight, checked against `shape`.

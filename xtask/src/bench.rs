@@ -1,8 +1,8 @@
 //! `cargo xtask bench`: one table measured in one run on this machine —
 //! quality (val/train loss, f32 and int8), trainer throughput against PyTorch
 //! CPU, decode speed and dispatches, page speed, energy monotonicity — written
-//! to BENCH.md with a loss-curve figure (the README keeps a small table of
-//! headline figures, edited by hand). `--smoke` runs a tiny version (CI): tiny
+//! to BENCH.md with a loss-curve figure (the README's "where we stand" and
+//! docs/figures.md are edited by hand). `--smoke` runs a tiny version (CI): tiny
 //! models, a few iterations, no PyTorch download, nothing written.
 //!
 //! Training runs are deterministic (seeded) and live in runs/bench/<name>; a

@@ -293,7 +293,7 @@ fn torch_speed(out: &str, mode: &str) -> Result<TorchSpeed> {
 /// (create_graph), ours through ebt.rs's hand-written one, so a throughput
 /// row only compares equal work if they agree. Returns (ours, torch) for the
 /// loss and the gradient norm.
-fn ebt_twin_check(trainer: &str, py: &Path) -> Result<[(f64, f64); 2]> {
+fn ebt_twin_check(trainer: &str, py: &Path) -> Result<TwinCheck> {
     say("EBT twin check: our training loss and gradient norm vs the PyTorch twin's on one batch");
     let dir = root().join("target/bench-ebt-check");
     let _ = std::fs::remove_dir_all(&dir);
@@ -330,7 +330,10 @@ pub fn torch_check() -> Result<()> {
     Ok(())
 }
 
-fn throughput(trainer: &str, plan: &Plan, smoke: bool) -> Result<(Vec<Throughput>, Option<[(f64, f64); 2]>)> {
+/// The EBT twin check: (ours, PyTorch's) loss, then (ours, PyTorch's) gradient norm.
+type TwinCheck = [(f64, f64); 2];
+
+fn throughput(trainer: &str, plan: &Plan, smoke: bool) -> Result<(Vec<Throughput>, Option<TwinCheck>)> {
     let torch = if smoke { None } else { Some(ensure_torch()?) };
     let check = match &torch {
         Some(py) if plan.throughput.iter().any(|(_, f)| f.contains(&"ebt")) => Some(ebt_twin_check(trainer, py)?),
@@ -489,7 +492,7 @@ pub fn bench(smoke: bool) -> Result<()> {
             (on - tn).abs()
         );
     }
-    let _ = writeln!(md, "\n**Decode** (`{}`):\n", "cargo run --release --example decode_bench");
+    let _ = writeln!(md, "\n**Decode** (`cargo run --release --example decode_bench`):\n");
     for l in decode.lines() {
         let _ = writeln!(md, "{l}");
     }

@@ -103,8 +103,8 @@ impl FfEnergy {
             FfEnergy::Ff2w { w1, b1, w2, b2 } => {
                 let u = linear(g, w1, Some(b1))?;
                 let (s, ds) = activation(act, &u)?;
-                let out = linear(&s, w2, Some(b2))?; // W2 s(u) + b2
-                // dE/dg = -(W2 s(u) + b2) - W1^T (s'(u) * (W2^T g))
+                // out = W2 s(u) + b2; dE/dg = -(W2 s(u) + b2) - W1^T (s'(u) * (W2^T g))
+                let out = linear(&s, w2, Some(b2))?;
                 let back = linear(&(ds * linear(g, &w2.t()?, None)?)?, &w1.t()?, None)?;
                 let grad = (&out + back)?.neg()?;
                 let energy = if want_energy { Some((g * &out)?.sum(D::Minus1)?.neg()?) } else { None };

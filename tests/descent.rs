@@ -56,13 +56,13 @@ fn own_step_descends(opts: impl Fn(&mut ModelConfig) + Copy) {
             for _t in 0..20 {
                 let out = block.step(&x, true, None, None).unwrap();
                 let before = to_vec(&out.energy.unwrap());
-                for a in 0..seq.len() {
+                for (a, &before_a) in before.iter().enumerate().take(seq.len()) {
                     // tokens < A from x(t), token A from x(t+1)
                     let mixed = Tensor::cat(&[x.narrow(1, 0, a).unwrap(), out.x_next.narrow(1, a, 1).unwrap()], 1).unwrap();
                     let g = block.normed(&mixed).unwrap();
                     let after = to_vec(&block.energy_grad(&g, true).unwrap().energy.unwrap())[a];
-                    assert!(after <= before[a] + 1e-12, "{arch:?} {norm:?} token {a}: {} -> {after}", before[a]);
-                    if after < before[a] - 1e-9 {
+                    assert!(after <= before_a + 1e-12, "{arch:?} {norm:?} token {a}: {before_a} -> {after}");
+                    if after < before_a - 1e-9 {
                         decreases += 1;
                     }
                 }

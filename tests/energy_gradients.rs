@@ -113,7 +113,7 @@ fn attention_diagonal_without_the_self_term_fails_the_check() {
     for t in 0..n {
         let q = proj(&wq, t);
         let keys: Vec<Vec<f64>> = (0..=t).map(|b| proj(&wk, b)).collect();
-        for h in 0..heads {
+        for (h, &alpha) in al.iter().enumerate().take(heads) {
             let s: Vec<f64> = keys.iter().map(|k| a.beta * (h * dh..(h + 1) * dh).map(|i| k[i] * q[i]).sum::<f64>()).collect();
             let m = s.iter().cloned().fold(f64::MIN, f64::max);
             let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
@@ -121,7 +121,7 @@ fn attention_diagonal_without_the_self_term_fails_the_check() {
                 let p = (sb - m).exp() / z;
                 // - alpha_h p_AB Wq_h^T k_B
                 for j in 0..d {
-                    partial[t * d + j] -= al[h] * p * (h * dh..(h + 1) * dh).map(|i| wq[i * d + j] * keys[b][i]).sum::<f64>();
+                    partial[t * d + j] -= alpha * p * (h * dh..(h + 1) * dh).map(|i| wq[i * d + j] * keys[b][i]).sum::<f64>();
                 }
             }
         }

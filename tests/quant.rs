@@ -285,7 +285,7 @@ fn rewrite<'a>(bytes: &'a [u8], edit: impl FnOnce(&mut HashMap<String, String>, 
 fn load_err(bytes: &[u8]) -> Error {
     let e = Checkpoint::from_bytes(bytes, DType::F32, &Device::Cpu).err().expect("a damaged file loaded");
     // the packed reader gives the same answer
-    let p = PackedCheckpoint::from_bytes(bytes).err().expect("a damaged file parsed");
+    let p = PackedCheckpoint::from_bytes(bytes).expect_err("a damaged file parsed");
     assert_eq!(p.to_string(), e.to_string());
     e
 }

@@ -41,7 +41,8 @@ impl GpuProbe {
 }
 
 /// Adapter names of GPUs emulated on the CPU: here they run the kernels
-/// 20-25x slower than the CPU engine in wasm (shared/notes/toolchain.md).
+/// 20-25x slower than the CPU engine in wasm (docs/figures.md, "Software
+/// GPU adapters").
 const SOFTWARE_RASTERISERS: [&str; 4] = ["swiftshader", "llvmpipe", "lavapipe", "microsoft basic render"];
 
 fn get(v: &JsValue, key: &str) -> JsValue {

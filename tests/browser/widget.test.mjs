@@ -161,7 +161,7 @@ for (const [mode, args] of Object.entries(MODES)) {
         await page.$eval(`#${id}`, (w) => w.scrollIntoView({ block: 'center' }));
         const t0 = Date.now();
         if (id === 'nrgpt') {
-          // the README's picture: the widget's head in view, characters still settling
+          // docs/page.md's blog-demo picture: the widget's head in view, characters still settling
           await page.$eval(`#${id}`, (w) => window.scrollBy(0, w.getBoundingClientRect().top - 140));
           await page.waitForFunction(() => document.getElementById('nrgpt').text.length >= 150, null, { timeout: RUN_TIMEOUT });
           await page.screenshot({ path: path.join(OUT, `widget-blog-demo-${mode}.png`) });

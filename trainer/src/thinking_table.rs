@@ -48,6 +48,10 @@ pub struct TextTable {
     pub points: Vec<(f64, f64)>,
 }
 
+/// One candidate's rows: its energies at step 0, and per step of interest its
+/// characters' losses and energies.
+type Candidate = (Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>);
+
 fn widen(e: &[f32]) -> Vec<f64> {
     e.iter().map(|&x| x as f64).collect()
 }
@@ -89,7 +93,7 @@ pub fn thinking_table(cfg: &ModelConfig, weights: &Weights, data: &[u32], spec: 
         let y: Vec<u32> = chunk.iter().flat_map(|(_, y)| y.iter().copied()).collect();
         let mut rng = Rng64::derive(STREAM_TABLE, done as u64);
         // per candidate, per step of interest: (char losses, energies); and E at step 0
-        let mut cand: Vec<(Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>)> = Vec::with_capacity(n_max);
+        let mut cand: Vec<Candidate> = Vec::with_capacity(n_max);
         for c in 0..n_max {
             let z0 = initial_logits(cfg, b * block, &mut rng);
             let steps = s_max.max(trained);

@@ -1,8 +1,8 @@
 //! `cargo xtask bench`: one table measured in one run on this machine —
 //! quality (val/train loss, f32 and int8), trainer throughput against PyTorch
 //! CPU, decode speed and dispatches, page speed, energy monotonicity — written
-//! to BENCH.md with a loss-curve figure (the README keeps a small table of
-//! headline figures, edited by hand). `--smoke` runs a tiny version (CI): tiny
+//! to BENCH.md with a loss-curve figure (the README's "where we stand" and
+//! docs/figures.md are edited by hand). `--smoke` runs a tiny version (CI): tiny
 //! models, a few iterations, no PyTorch download, nothing written.
 //!
 //! Training runs are deterministic (seeded) and live in runs/bench/<name>; a
@@ -296,7 +296,7 @@ fn torch_speed(out: &str, mode: &str) -> Result<TorchSpeed> {
 /// (create_graph), ours through ebt.rs's hand-written one, so a throughput
 /// row only compares equal work if they agree. Returns (ours, torch) for the
 /// loss and the gradient norm.
-fn ebt_twin_check(trainer: &str, py: &Path) -> Result<[(f64, f64); 2]> {
+fn ebt_twin_check(trainer: &str, py: &Path) -> Result<TwinCheck> {
     say("EBT twin check: our training loss and gradient norm vs the PyTorch twin's on one batch");
     let dir = root().join("target/bench-ebt-check");
     let _ = std::fs::remove_dir_all(&dir);
@@ -333,7 +333,10 @@ pub fn torch_check() -> Result<()> {
     Ok(())
 }
 
-fn throughput(trainer: &str, plan: &Plan, smoke: bool) -> Result<(Vec<Throughput>, Option<[(f64, f64); 2]>)> {
+/// The EBT twin check: (ours, PyTorch's) loss, then (ours, PyTorch's) gradient norm.
+type TwinCheck = [(f64, f64); 2];
+
+fn throughput(trainer: &str, plan: &Plan, smoke: bool) -> Result<(Vec<Throughput>, Option<TwinCheck>)> {
     let torch = if smoke { None } else { Some(ensure_torch()?) };
     let check = match &torch {
         Some(py) if plan.throughput.iter().any(|(_, f)| f.contains(&"ebt")) => Some(ebt_twin_check(trainer, py)?),
@@ -492,7 +495,7 @@ pub fn bench(smoke: bool) -> Result<()> {
             (on - tn).abs()
         );
     }
-    let _ = writeln!(md, "\n**Decode** (`{}`):\n", "cargo run --release --example decode_bench");
+    let _ = writeln!(md, "\n**Decode** (`cargo run --release --example decode_bench`):\n");
     for l in decode.lines() {
         let _ = writeln!(md, "{l}");
     }

@@ -15,6 +15,7 @@ mod bench;
 mod ebt_bench;
 mod science;
 mod dist;
+mod lint;
 mod listops;
 mod plot;
 mod serve;
@@ -133,6 +134,7 @@ fn build_web() -> Result<()> {
 
 fn test() -> Result<()> {
     let t0 = std::time::Instant::now();
+    lint::lint()?;
     ensure_wasm_target()?;
     ensure_lavapipe()?;
     say("checking that the core crate builds for wasm32 (the browser build)");
@@ -374,6 +376,7 @@ fn main() -> Result<()> {
             };
             serve(port)
         }
+        "lint" => lint::lint(),
         "test-browser" => browser_test(),
         "test-listops" => listops::browser_test(),
         "test-widget" => {
@@ -388,7 +391,7 @@ fn main() -> Result<()> {
         "bench" => bench::bench(args.iter().any(|a| a == "--smoke")),
         "torch-check" => bench::torch_check(),
         _ => bail!(
-            "usage: cargo xtask <test|serve|test-browser|test-widget|test-listops|dist|posters|bench|torch-check>\n  test          install what is missing, then run the whole test suite\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser tests: the page, the widget, the ListOps tab (builds the page, drives headless chromium)\n  test-widget   only the widget test: dist/ on a static server, the blog demo, CSP, host styles, sharing (one GPU device), lazy loading, iframe fit, updates never stale\n  test-listops  only the ListOps tab's browser test (the shipped www/models/listops.safetensors against trainer listops-answer)\n  dist          build the static site into dist/ (page, widget, wasm, worker, models, blog demo)\n  posters       record the blog demo widgets' posters (trainer sample --trace) into www/posters/\n  bench         measure quality, trainer speed, decode and page speed; write BENCH.md (--smoke: a tiny run that checks the bench works)\n                --ebt: the shipped EBT against its targets (val, thinking, Best-of-N, energy vs loss)\n                --science: NRGPT vs GPT at an equal budget, lr search, ablation (hours; resumable; --report: only rewrite the report)\n  torch-check   only the bench's check that the PyTorch EBT twin computes our trainer's loss and gradient norm"
+            "usage: cargo xtask <test|lint|serve|test-browser|test-widget|test-listops|dist|posters|bench|torch-check>\n  test          install what is missing, then run the whole test suite (lint first)\n  lint          the README's size, no pub type name twice, cargo fmt --check, cargo clippy -D warnings\n  serve         build the page and serve it on http://127.0.0.1:8080 (--port N to change)\n  test-browser  only the browser tests: the page, the widget, the ListOps tab (builds the page, drives headless chromium)\n  test-widget   only the widget test: dist/ on a static server, the blog demo, CSP, host styles, sharing (one GPU device), lazy loading, iframe fit, updates never stale\n  test-listops  only the ListOps tab's browser test (the shipped www/models/listops.safetensors against trainer listops-answer)\n  dist          build the static site into dist/ (page, widget, wasm, worker, models, blog demo)\n  posters       record the blog demo widgets' posters (trainer sample --trace) into www/posters/\n  bench         measure quality, trainer speed, decode and page speed; write BENCH.md (--smoke: a tiny run that checks the bench works)\n                --ebt: the shipped EBT against its targets (val, thinking, Best-of-N, energy vs loss)\n                --science: NRGPT vs GPT at an equal budget, lr search, ablation (hours; resumable; --report: only rewrite the report)\n  torch-check   only the bench's check that the PyTorch EBT twin computes our trainer's loss and gradient norm"
         ),
     }
 }

@@ -221,7 +221,7 @@ fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, iters: usize, train
         let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
         modified(c).is_some_and(|a| modified(&ckpt).is_none_or(|b| a >= b))
     };
-    if !run_finished(&dir, iters) && !(fresh(&cache) && !ckpt.is_file()) {
+    if !run_finished(&dir, iters) && (!fresh(&cache) || ckpt.is_file()) {
         if !train {
             return Ok(Run { dir, lr, evals: None });
         }

@@ -22,8 +22,10 @@ pub struct AttnEnergy {
     pub diag: bool,
 }
 
-/// Energy gradient (B, n, D) and, when asked, per-token energy (B, n).
-pub struct EnergyGrad {
+/// The energy's gradient with respect to the state g (B, n, D) and, when
+/// asked, the per-token energy (B, n). (EBT's `ebt::EnergyGrad` is the other
+/// way round: the energy always, the gradient when asked.)
+pub struct StateGrad {
     pub grad: Tensor,
     pub energy: Option<Tensor>,
 }
@@ -34,7 +36,7 @@ impl AttnEnergy {
     /// With the diagonal (B <= A) g_A is also the key of the B = A term, so
     /// the exact gradient gains - sum_h alpha_h p^h_AA J_h g_A = - sum_h alpha_h p^h_AA Wk_h^T q_A
     /// (the reference drops it: its update is then not a gradient of E_A).
-    pub fn energy_grad(&self, g: &Tensor, want_energy: bool) -> Result<EnergyGrad> {
+    pub fn energy_grad(&self, g: &Tensor, want_energy: bool) -> Result<StateGrad> {
         self.energy_grad_dropped(g, want_energy, None)
     }
 
@@ -42,7 +44,7 @@ impl AttnEnergy {
     /// the gradient become p * mask (mask (B, H, n, n), inverted dropout), as
     /// the reference drops its `wei`. The update is then no longer the
     /// gradient of E_A (training only); the energy itself is unchanged.
-    pub fn energy_grad_dropped(&self, g: &Tensor, want_energy: bool, drop: Option<&Tensor>) -> Result<EnergyGrad> {
+    pub fn energy_grad_dropped(&self, g: &Tensor, want_energy: bool, drop: Option<&Tensor>) -> Result<StateGrad> {
         let (b, n, _) = g.dims3()?;
         let h = self.n_head;
         let beta = self.beta;
@@ -75,7 +77,7 @@ impl AttnEnergy {
         } else {
             None
         };
-        Ok(EnergyGrad { grad, energy })
+        Ok(StateGrad { grad, energy })
     }
 }
 
@@ -88,7 +90,7 @@ pub enum FfEnergy {
 }
 
 impl FfEnergy {
-    pub fn energy_grad(&self, act: Activation, g: &Tensor, want_energy: bool) -> Result<EnergyGrad> {
+    pub fn energy_grad(&self, act: Activation, g: &Tensor, want_energy: bool) -> Result<StateGrad> {
         match self {
             FfEnergy::Ff1 { w, b } => {
                 let u = linear(g, w, Some(b))?;
@@ -96,17 +98,17 @@ impl FfEnergy {
                 // dE/dg = -2 W^T (s(u) * s'(u))
                 let grad = (linear(&(&s * &ds)?, &w.t()?, None)? * -2.0)?;
                 let energy = if want_energy { Some(s.sqr()?.sum(D::Minus1)?.neg()?) } else { None };
-                Ok(EnergyGrad { grad, energy })
+                Ok(StateGrad { grad, energy })
             }
             FfEnergy::Ff2w { w1, b1, w2, b2 } => {
                 let u = linear(g, w1, Some(b1))?;
                 let (s, ds) = activation(act, &u)?;
-                let out = linear(&s, w2, Some(b2))?; // W2 s(u) + b2
-                // dE/dg = -(W2 s(u) + b2) - W1^T (s'(u) * (W2^T g))
+                // out = W2 s(u) + b2; dE/dg = -(W2 s(u) + b2) - W1^T (s'(u) * (W2^T g))
+                let out = linear(&s, w2, Some(b2))?;
                 let back = linear(&(ds * linear(g, &w2.t()?, None)?)?, &w1.t()?, None)?;
                 let grad = (&out + back)?.neg()?;
                 let energy = if want_energy { Some((g * &out)?.sum(D::Minus1)?.neg()?) } else { None };
-                Ok(EnergyGrad { grad, energy })
+                Ok(StateGrad { grad, energy })
             }
         }
     }

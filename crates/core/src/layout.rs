@@ -259,8 +259,8 @@ mod tests {
         let seq = WeightLayout::new(&cfg);
         cfg.gpt_block = GptBlock::Parallel;
         let par = WeightLayout::new(&cfg);
-        let wo = |l: &WeightLayout| l.specs[l.gpt().unwrap()[0].wo].init.clone();
-        let w2 = |l: &WeightLayout| l.specs[l.gpt().unwrap()[0].w2].init.clone();
+        let wo = |l: &WeightLayout| l.specs[l.gpt().unwrap()[0].wo].init;
+        let w2 = |l: &WeightLayout| l.specs[l.gpt().unwrap()[0].w2].init;
         assert_eq!((wo(&seq), w2(&seq)), (Init::Normal(0.005), Init::Normal(0.005)));
         assert_eq!((wo(&par), w2(&par)), (Init::Normal(0.02), Init::Normal(0.02)));
         assert_eq!(seq.num_params(), par.num_params(), "same weights, another wiring");

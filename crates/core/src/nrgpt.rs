@@ -3,7 +3,7 @@
 
 use candle_core::{Result, Tensor};
 
-use crate::energy::{AttnEnergy, EnergyGrad, FfEnergy};
+use crate::energy::{AttnEnergy, StateGrad, FfEnergy};
 use crate::linear::linear;
 use crate::norm::norm;
 use crate::{Activation, NormKind};
@@ -43,12 +43,12 @@ pub struct StepOut {
 
 impl NrgptBlock {
     /// E_A = E_AT(A) + ff_scale * E_FF(A) and its gradient w.r.t. g_A.
-    pub fn energy_grad(&self, g: &Tensor, want_energy: bool) -> Result<EnergyGrad> {
+    pub fn energy_grad(&self, g: &Tensor, want_energy: bool) -> Result<StateGrad> {
         self.energy_grad_dropped(g, want_energy, None)
     }
 
     /// `energy_grad` with the attention probabilities dropped by `attn_drop` (training only).
-    fn energy_grad_dropped(&self, g: &Tensor, want_energy: bool, attn_drop: Option<&Tensor>) -> Result<EnergyGrad> {
+    fn energy_grad_dropped(&self, g: &Tensor, want_energy: bool, attn_drop: Option<&Tensor>) -> Result<StateGrad> {
         let a = self.attn.energy_grad_dropped(g, want_energy, attn_drop)?;
         let f = self.ff.energy_grad(self.act, g, want_energy)?;
         let grad = (a.grad + f.grad.broadcast_mul(&self.ff_scale)?)?;
@@ -56,7 +56,7 @@ impl NrgptBlock {
             (Some(ea), Some(ef)) => Some((ea + ef.broadcast_mul(&self.ff_scale)?)?),
             _ => None,
         };
-        Ok(EnergyGrad { grad, energy })
+        Ok(StateGrad { grad, energy })
     }
 
     /// `eta * grad` for the configured step-size map.

@@ -1,7 +1,9 @@
 //! Element-wise math on f32 written once for every f32 path: the CPU decoder
-//! (crates/engine) and the fast trainer (trainer/src/fast) call these; the
-//! WGSL copy (`shaders/common.wgsl`, `shaders/norm.wgsl`) names this module
-//! and the engine parity tests hold it to them. Plain loops without branches,
+//! (crates/engine) and the fast trainer (trainer/src/fast) call these. The
+//! WGSL copies (`shaders/act.wgsl: act, erf_approx` of `act3` and
+//! `erf_with_exp`; `shaders/norm.wgsl` and `shaders/ebt_norm.wgsl` of
+//! `norm_row`) name this module, and the engine parity tests hold them to it;
+//! WGSL has its own `exp`. Plain loops without branches,
 //! `#[inline(always)]`, so LLVM vectorises them inside the callers' loops.
 
 use crate::{Activation, NormKind};

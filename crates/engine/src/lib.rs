@@ -53,6 +53,9 @@ pub struct DecoderOpts {
 }
 
 /// The implementation that descends (NRGPT) or thinks (EBT).
+// One per decoder, held for its life: the GPU variants' size is paid once, and
+// boxing them would add an indirection to every character.
+#[allow(clippy::large_enum_variant)]
 enum Runner {
     Cpu(CpuDecoder),
     Gpu(GpuDecoder),

@@ -11,6 +11,8 @@ use nrgpt_core::model::Weights;
 pub trait Buffers {
     fn zeros(&self) -> Vec<Vec<f32>>;
     fn transposes(&self, params: &[Vec<f32>], out: &mut Vec<Vec<f32>>);
+    // `self` is the layout that orders the buffers, not what they are made from.
+    #[allow(clippy::wrong_self_convention)]
     fn from_weights(&self, w: &Weights, prefix: &str) -> Result<Vec<Vec<f32>>>;
     fn to_weights(&self, bufs: &[Vec<f32>], prefix: &str) -> Result<Weights>;
 }

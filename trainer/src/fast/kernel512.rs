@@ -4,16 +4,9 @@
 //! instead (see `gemm::mm_ld`). Checked against a naive product in the tests
 //! of `gemm.rs` and, through every gradient, in tests/fast_backend.rs.
 //!
-//! Kept because it pays end to end (measured 2026-12-03 on a 2-core
-//! AVX-512 machine, with concurrent compiles loading it to 1-7, so
-//! the figures are noisy; rounds of 3 runs alternating with and without
-//! NRGPT_NO_AVX512=1, the trainer's own tokens/s, median of 3):
-//! nrgpt-ff2w d=128 T=4: 6798 vs 5676 tokens/s = 1.20x in the round that
-//! started at the lowest load; the other rounds gave 1.32x, 1.36x, 1.38x.
-//! gpt d=128, 4 layers (`--iters 100`): 6378 vs 5205 = 1.23x (an earlier
-//! round: 1.21x). The command:
-//! `trainer train --model nrgpt-ff2w --d-model 128 --heads 4 --steps 4
-//! --block 64 --batch 32 --iters 60 --eval-every 1000 --eval-iters 1 --out DIR --quiet`
+//! Kept because it pays end to end: 1.2-1.4x the trainer's tokens/s on a
+//! 2-core AVX-512 machine (`NRGPT_NO_AVX512=1` turns it off; the measurement:
+//! docs/figures.md, "The AVX-512 gemm").
 
 #![cfg(target_arch = "x86_64")]
 

@@ -29,6 +29,8 @@ macro_rules! with_avx2 {
 
 /// g = gamma * xh per row of width d; LayerNorm xh = (x - mean) / sqrt(var + eps),
 /// RMSNorm xh = x / sqrt(mean x^2 + eps). Keeps xh and 1/scale for the backward.
+// A row kernel: each slice is one operand or output, named as in the math above.
+#[allow(clippy::too_many_arguments)]
 pub fn norm_fwd(kind: NormKind, x: &[f32], gamma: &[f32], eps: f32, d: usize, xh: &mut [f32], rstd: &mut [f32], g: &mut [f32]) {
     with_avx2!({ for (r, xr) in x.chunks_exact(d).enumerate() {
         rstd[r] = norm_row(kind, xr, gamma, eps, &mut xh[r * d..(r + 1) * d], &mut g[r * d..(r + 1) * d]);
@@ -37,6 +39,8 @@ pub fn norm_fwd(kind: NormKind, x: &[f32], gamma: &[f32], eps: f32, d: usize, xh
 
 /// dx += J_N^T dg and dgamma += dg * xh. With u = gamma * dg:
 /// LayerNorm J^T dg = (u - mean u - xh mean(u xh)) / s; RMSNorm (u - xh mean(u xh)) / r.
+// A row kernel: each slice is one operand or output, named as in the math above.
+#[allow(clippy::too_many_arguments)]
 pub fn norm_bwd(kind: NormKind, dg: &[f32], xh: &[f32], rstd: &[f32], gamma: &[f32], d: usize, dx: &mut [f32], dgamma: &mut [f32]) {
     with_avx2!({ for (r, dgr) in dg.chunks_exact(d).enumerate() {
         let xhr = &xh[r * d..(r + 1) * d];
@@ -67,6 +71,8 @@ pub fn col_sum_into(m: &[f32], cols: usize, out: &mut [f32], scale: f32) {
 
 /// The ff2w activations in place: `s` holds u - b1 on entry; leaves s(u),
 /// s'(u), s''(u) and z = s'(u) * v, row width m.
+// A row kernel: each slice is one operand or output, named as in the math above.
+#[allow(clippy::too_many_arguments)]
 pub fn ff2w_act(act: Activation, b1: &[f32], m: usize, s: &mut [f32], ds: &mut [f32], dds: &mut [f32], v: &[f32], z: &mut [f32]) {
     fn run<const GELU: bool>(b1: &[f32], m: usize, s: &mut [f32], ds: &mut [f32], dds: &mut [f32], v: &[f32], z: &mut [f32]) {
         with_avx2!({

@@ -70,6 +70,8 @@ fn incremental_decoder_thinks_as_the_oracle_one_character_at_a_time() {
         cfg.ebt_update = update;
         // the probabilities' step with its own input map (the reference's S2 pair)
         cfg.ebt_input = if update == EbtUpdate::Probs { EbtInput::Own } else { EbtInput::Tied };
+        // and the reference's clamp on its step (one entry moves by at most 0.3)
+        cfg.ebt_clamp = if update == EbtUpdate::Probs { 0.3 } else { 0.0 };
         // The probabilities' step with these random weights (std 0.3) is an
         // expanding map past ~8 steps: at 12 the engine and the oracle agree to
         // 5e-6 for 8 steps, then f32 round-off grows 7x a step (0.005 at step
@@ -84,6 +86,12 @@ fn incremental_decoder_thinks_as_the_oracle_one_character_at_a_time() {
             (noisy(opts(4, 4, Verify::MinEnergy, false, None), 0.8), 0.5),
         ] {
             let ck = ebt_checkpoint(&cfg, 5, a);
+            if cfg.ebt_clamp > 0.0 {
+                // the clamp must act here, or the agreement shows nothing about it
+                let free = ebt_checkpoint(&ModelConfig { ebt_clamp: 0.0, ..cfg.clone() }, 5, a);
+                let first = |ck: &Checkpoint| EbtSession::new(ck).unwrap().push(1, &o).unwrap().logits;
+                assert!(max_diff(&first(&ck), &first(&free)) > 1e-3, "{:?}: the clamp changed nothing", o.ebt);
+            }
             let (mut engine, mut oracle) = (decoder(&ck), EbtSession::new(&ck).unwrap());
             assert!(matches!(engine.backend(), Backend::Cpu { .. }), "an EBT runs on the CPU engine");
             let (mut not_first, mut stopped_early) = (0, 0);

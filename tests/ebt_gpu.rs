@@ -112,6 +112,8 @@ fn check_update(act: Activation, norm: NormKind, layers: usize, update: EbtUpdat
     cfg.ebt_update = update;
     // the probabilities' step with its own input map (the reference's S2 pair)
     cfg.ebt_input = if update == EbtUpdate::Probs { EbtInput::Own } else { EbtInput::Tied };
+    // and the reference's clamp on its step (tests/ebt_engine.rs shows it acts there)
+    cfg.ebt_clamp = if update == EbtUpdate::Probs { 0.3 } else { 0.0 };
     for (scheme, four) in [Scheme::F32, Scheme::Int8].into_iter().zip(four) {
         for (o, a) in [(opts(3, 1, Verify::MinEnergy, false, None), 0.5), four] {
             let bytes = checkpoint(&cfg, 5 + layers as u64, a, scheme);

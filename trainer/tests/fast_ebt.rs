@@ -222,6 +222,27 @@ fn softened_targets_match_candle() {
     assert!((loss(0.6) - loss(0.0)).abs() > 1e-3, "softening the targets left the loss at {}", loss(0.0));
 }
 
+/// The clamped step (the reference's `clamp_futures_grad`): entries past
+/// ±ebt_clamp / a move by the bound and pass no gradient, on either update.
+#[test]
+fn clamped_steps_match_candle() {
+    let mut cfg = config(Activation::Gelu, NormKind::LayerNorm, 2);
+    for (update, input, a, clamp) in [(EbtUpdate::Logits, EbtInput::Tied, 20.0, 0.02), (EbtUpdate::Probs, EbtInput::Own, 2.0, 0.01)] {
+        (cfg.ebt_update, cfg.ebt_input, cfg.ebt_clamp) = (update, input, clamp);
+        let (loss_err, err, name) = compare(&cfg, 9, a, 2, false);
+        eprintln!("{update:?} clamp {clamp}: loss {loss_err:.1e}, max relative error {err:.2e} ({name})");
+        assert!(loss_err < LOSS_TOL, "loss relative error {loss_err:e} exceeds {LOSS_TOL:e}");
+        assert!(err < TOL, "relative error {err:e} in {name} exceeds {TOL:e}");
+        // the clamp acts: the loss differs from the unclamped one
+        let loss = |c: &ModelConfig| {
+            let (ids, tgt) = (tokens(c, 3), tokens(c, 4));
+            FastEbt::new(c, &weights(c, 9, a), BATCH, 2).unwrap().loss_and_grad(&ids, &tgt, &plan(c, 5, 3, false)).unwrap().0
+        };
+        let free = ModelConfig { ebt_clamp: 0.0, ..cfg.clone() };
+        assert!((loss(&cfg) - loss(&free)).abs() > 1e-4, "{update:?}: the clamp left the loss at {}", loss(&free));
+    }
+}
+
 /// Thinking without training (the thinking table's path, fast/ebt/think.rs)
 /// follows the oracle's `Ebt::think`: every z(s) and E(s), both model variants,
 /// a step large enough to move z far.

@@ -27,6 +27,9 @@ flags() {
     s2-tied-con) echo "--preset ebt-s2 --ebt-input tied --ebt-contrastive 0.5" ;;
     contrastive) echo "${base[*]} --ebt-contrastive 0.5" ;;
     calibrate) echo "${base[*]} --ebt-calibrate 1" ;;
+    soften) echo "${base[*]} --ebt-soften 0.5" ;;
+    clamp) echo "${base[*]} --ebt-clamp 9" ;;
+    s2-tied-clamp) echo "--preset ebt-s2 --ebt-input tied --ebt-clamp 1" ;;
     s2-nolangevin) echo "--preset ebt-s2 --ebt-langevin 0" ;;
     s2-noreplay) echo "--preset ebt-s2 --ebt-replay 0" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;

@@ -623,7 +623,7 @@ pub fn App() -> impl IntoView {
     let landscape = Signal::derive(move || {
         ui.tokens.with(|v| v.iter().rev().take(40).filter_map(|t| t.proj.last().copied()).collect::<Vec<_>>())
     });
-    let vocab = Signal::derive(move || ui.info.with(|i| i.as_ref().map(|i| i.vocab.chars().collect()).unwrap_or_default()));
+    let vocab = Signal::derive(move || ui.info.with(|i| i.as_ref().map(|i| i.vocab.chars().collect::<Vec<char>>()).unwrap_or_default()));
     // Only a change of family rebuilds the controls and the inspector's figures.
     let ebt = Memo::new(move |_| ui.is_ebt());
     let table_caption = Signal::derive(move || {

@@ -132,21 +132,57 @@ fn build_web() -> Result<()> {
     Ok(())
 }
 
+/// Each phase's wall time, printed when the suite ends (or a phase fails),
+/// so the next regression in the suite's time is seen where it is.
+struct Phases {
+    t0: std::time::Instant,
+    done: Vec<(&'static str, f64)>,
+}
+
+impl Phases {
+    fn run(&mut self, name: &'static str, f: impl FnOnce() -> Result<()>) -> Result<()> {
+        let t = std::time::Instant::now();
+        let r = f();
+        self.done.push((name, t.elapsed().as_secs_f64()));
+        if r.is_err() {
+            self.print("failed");
+        }
+        r
+    }
+
+    fn print(&self, how: &str) {
+        say(&format!("the suite {how} in {:.0} s; its phases:", self.t0.elapsed().as_secs_f64()));
+        for (name, secs) in &self.done {
+            eprintln!("  {secs:>6.0} s  {name}");
+        }
+    }
+}
+
 fn test() -> Result<()> {
-    let t0 = std::time::Instant::now();
-    lint::lint()?;
-    ensure_wasm_target()?;
-    ensure_lavapipe()?;
-    say("checking that the core crate builds for wasm32 (the browser build)");
-    run(Command::new("cargo").args(["build", "--release", "-p", "nrgpt-web", "--target", WASM_TARGET]))?;
-    say("running every test of the workspace (gradient checks, descent, causality, trainer, resume, engine parity on wgpu)");
-    run(Command::new("cargo").args(["test", "--workspace", "--", "--test-threads", "1"]))?;
-    say("smoke run of the benchmark (tiny models; the real one is `cargo xtask bench`)");
-    bench::bench(true)?;
-    say("smoke run of the science bench (the real one is `cargo xtask bench --science`)");
-    science::science(true, false)?;
-    browser_test()?;
-    say(&format!("all tests passed in {:.0} s", t0.elapsed().as_secs_f64()));
+    let mut p = Phases { t0: std::time::Instant::now(), done: Vec::new() };
+    p.run("lint (README, fmt, clippy)", lint::lint)?;
+    p.run("installs (wasm32 target, lavapipe)", || {
+        ensure_wasm_target()?;
+        ensure_lavapipe()
+    })?;
+    p.run("wasm32 build", || {
+        say("checking that the core crate builds for wasm32 (the browser build)");
+        run(Command::new("cargo").args(["build", "--release", "-p", "nrgpt-web", "--target", WASM_TARGET]))
+    })?;
+    p.run("cargo test --workspace", || {
+        say("running every test of the workspace (gradient checks, descent, causality, trainer, resume, engine parity on wgpu)");
+        run(Command::new("cargo").args(["test", "--workspace", "--", "--test-threads", "1"]))
+    })?;
+    p.run("bench smoke run", || {
+        say("smoke run of the benchmark (tiny models; the real one is `cargo xtask bench`)");
+        bench::bench(true)
+    })?;
+    p.run("science smoke run", || {
+        say("smoke run of the science bench (the real one is `cargo xtask bench --science`)");
+        science::science(true, false)
+    })?;
+    p.run("browser tests (page, widget, ListOps)", browser_test)?;
+    p.print("passed");
     Ok(())
 }
 

@@ -391,7 +391,7 @@ pub fn bench(smoke: bool) -> Result<()> {
         // would resolve other features and rebuild shared dependencies)
         run(Command::new("cargo").args(["test", "--workspace", "--no-run"]))?;
     } else {
-        run(Command::new("cargo").args(["build", "--release", "-p", "nrgpt-web", "--example", "decode_bench"]))?;
+        run(Command::new("cargo").args(["build", "--release", "-p", "nrgpt-engine", "--example", "decode_bench"]))?;
         run(Command::new("cargo").args(["build", "--release", "-p", "trainer", "--bin", "trainer"]))?;
     }
     let trainer = bin(smoke, "trainer");
@@ -420,7 +420,7 @@ pub fn bench(smoke: bool) -> Result<()> {
 
     let (tput, ebt_check) = throughput(trainer, &plan, smoke)?;
 
-    say("decode speed (examples/decode_bench: CPU engine, wgpu, full recompute)");
+    say("decode speed (crates/engine/examples/decode_bench: CPU engine, wgpu, full recompute)");
     let mut cmd = Command::new(root().join(bin(smoke, "examples/decode_bench")));
     if smoke {
         cmd.arg("--quick");
@@ -495,7 +495,7 @@ pub fn bench(smoke: bool) -> Result<()> {
             (on - tn).abs()
         );
     }
-    let _ = writeln!(md, "\n**Decode** (`cargo run --release --example decode_bench`):\n");
+    let _ = writeln!(md, "\n**Decode** (`cargo run --release -p nrgpt-engine --example decode_bench`):\n");
     for l in decode.lines() {
         let _ = writeln!(md, "{l}");
     }

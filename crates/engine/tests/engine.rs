@@ -2,12 +2,13 @@
 //! twin) equals full recomputation, and the WGSL kernel on a real wgpu adapter
 //! (Mesa lavapipe here) matches the reference for every NRGPT variant.
 
-mod common;
+#[path = "../../core/tests/models/mod.rs"]
+mod models;
 
 use std::collections::BTreeMap;
 
 use candle_core::{DType, Device};
-use common::randn;
+use models::randn;
 use nrgpt_engine::{Backend, Decoder, DecoderOpts, GpuDevice, Trace};
 use nrgpt_core::model::init_weights;
 use nrgpt_core::rng::Rng64;
@@ -227,7 +228,7 @@ fn wgsl_matches_cpu_reference_for_every_quantization() {
 /// The shipped default checkpoint (int8) runs on the GPU exactly as on the CPU reference.
 #[test]
 fn shipped_default_matches_on_gpu() {
-    let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/www/models/default.safetensors")).unwrap();
+    let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../www/models/default.safetensors")).unwrap();
     let vocab = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).unwrap().vocab.len();
     check_gpu_against_reference("shipped default", &bytes, vocab);
 }

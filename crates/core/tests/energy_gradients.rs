@@ -1,10 +1,10 @@
 //! Every analytic energy gradient against central finite differences of its
 //! energy, in f64 (relative error < 1e-6).
 
-mod common;
+mod models;
 
 use candle_core::{Device, Tensor};
-use common::{randn, rel_err, to_vec};
+use models::{randn, rel_err, to_vec};
 use nrgpt_core::energy::{AttnEnergy, FfEnergy};
 use nrgpt_core::norm::{norm, norm_vjp};
 use nrgpt_core::rng::Rng64;

@@ -8,7 +8,7 @@
 //! Then a long prompt's time to its first character: read character by
 //! character (what the page did before) against reading only the window.
 //!
-//! `cargo run --release --example decode_bench [-- --quick]`
+//! `cargo run --release -p nrgpt-engine --example decode_bench [-- --quick]`
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -89,7 +89,7 @@ fn main() {
 /// default (block 128), CPU engine: fed one character at a time, as the page
 /// did before, against `push_many`, which computes only what the window keeps.
 fn long_prompt(quick: bool) {
-    let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/www/models/default.safetensors")).unwrap();
+    let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../www/models/default.safetensors")).unwrap();
     let mut cpu = pollster::block_on(Decoder::new(&bytes, DecoderOpts { force_cpu: true, ..Default::default() })).unwrap();
     let n = if quick { 1_000 } else { 5_000 };
     let prompt: Vec<u32> = (0..n as u32).map(|i| (i * 7) % 65).collect();
@@ -110,7 +110,7 @@ fn long_prompt(quick: bool) {
 fn ebt(k: usize, quick: bool) {
     let k = k.min(4);
     let path = "www/models/ebt.safetensors";
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../www/models/ebt.safetensors")).unwrap_or_else(|e| panic!("reading {path}: {e}"));
     let opts = StepOpts { ebt: EbtThinkOpts { samples: 4, ..Default::default() }, ..Default::default() };
     let mut cpu = pollster::block_on(Decoder::new(&bytes, DecoderOpts { force_cpu: true, ..Default::default() })).unwrap();
     let mut oracle = EbtSession::new(&Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).unwrap()).unwrap();

@@ -2,12 +2,12 @@
 //! rounding error bounds, padding, loading into a working model, and clear
 //! errors for damaged files.
 
-mod common;
+mod models;
 
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
-use common::{ids, random_model, rel_err, tiny_config, to_vec};
+use models::{ids, random_model, rel_err, tiny_config, to_vec};
 use nrgpt_core::layout::{ParamSpec, WeightLayout};
 use nrgpt_core::model::Weights;
 use nrgpt_core::format::{dequantize, packed_lens, quantize, PackedCheckpoint, PackedTensor, Scheme, BLOCK};

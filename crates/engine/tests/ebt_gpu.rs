@@ -4,9 +4,10 @@
 //! 1e-3, for f32 and int8, GELU+LayerNorm and ReLU+RMSNorm, 1 and 2 layers,
 //! across window slides, with and without early exit and accept-only-lower.
 
-mod common;
+#[path = "../../core/tests/models/mod.rs"]
+mod models;
 
-use common::{ebt_checkpoint, ebt_config};
+use models::{ebt_checkpoint, ebt_config};
 use nrgpt_core::ebt::Verify;
 use nrgpt_core::format::Scheme;
 use nrgpt_core::rng::Rng64;
@@ -112,7 +113,7 @@ fn check_update(act: Activation, norm: NormKind, layers: usize, update: EbtUpdat
     cfg.ebt_update = update;
     // the probabilities' step with its own input map (the reference's S2 pair)
     cfg.ebt_input = if update == EbtUpdate::Probs { EbtInput::Own } else { EbtInput::Tied };
-    // and the reference's clamp on its step (tests/ebt_engine.rs shows it acts there)
+    // and the reference's clamp on its step (ebt_engine.rs shows it acts there)
     cfg.ebt_clamp = if update == EbtUpdate::Probs { 0.3 } else { 0.0 };
     for (scheme, four) in [Scheme::F32, Scheme::Int8].into_iter().zip(four) {
         for (o, a) in [(opts(3, 1, Verify::MinEnergy, false, None), 0.5), four] {
@@ -237,7 +238,7 @@ fn a_page_sized_model_thinks_as_the_cpu_engine() {
 /// argmax past a window slide, Best-of-4 at its trained S and at S = 4.
 #[test]
 fn shipped_ebt_thinks_on_the_gpu_as_on_the_cpu() {
-    let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/www/models/ebt.safetensors")).unwrap();
+    let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../www/models/ebt.safetensors")).unwrap();
     let (mut gpu, mut cpu) = (gpu_engine(&bytes), engine(&bytes, true));
     let prompt = gpu.vocab().encode("ROMEO:\nBut soft, what light through yonder window breaks?\n").unwrap();
     let trained = gpu.config().steps;

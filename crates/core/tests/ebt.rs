@@ -3,10 +3,10 @@
 //! backward pass through the analytic dE/dz) against finite differences,
 //! causality, and thinking lowering the energy.
 
-mod common;
+mod models;
 
 use candle_core::{DType, Device, Tensor, Var};
-use common::{randn, rel_err, to_vec};
+use models::{randn, rel_err, to_vec};
 use nrgpt_core::ebt::{Ebt, ThinkPlan};
 use nrgpt_core::model::{init_weights, Weights};
 use nrgpt_core::rng::Rng64;

@@ -3,9 +3,10 @@
 //! same candidates, same choice; logits within 1e-3 for every option the
 //! page exposes, across window slides, on one-at-a-time and prompt feeding.
 
-mod common;
+#[path = "../../core/tests/models/mod.rs"]
+mod models;
 
-use common::{ebt_checkpoint, ebt_config};
+use models::{ebt_checkpoint, ebt_config};
 use nrgpt_core::ebt::Verify;
 use nrgpt_core::ebt_session::EbtSession;
 use nrgpt_core::rng::Rng64;
@@ -47,7 +48,7 @@ fn seq(n: usize, v: usize, seed: u64) -> Vec<u32> {
     (0..n).map(|_| r.below(v) as u32).collect()
 }
 
-/// The CPU engine (tests/ebt_gpu.rs holds the WGSL one to it).
+/// The CPU engine (ebt_gpu.rs holds the WGSL one to it).
 fn decoder(ck: &Checkpoint) -> Decoder {
     pollster::block_on(Decoder::new(&ck.to_bytes().unwrap(), DecoderOpts { force_cpu: true, ..Default::default() })).unwrap()
 }

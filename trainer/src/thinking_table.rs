@@ -115,10 +115,7 @@ pub fn thinking_table(cfg: &ModelConfig, weights: &Weights, data: &[u32], spec: 
             for (ni, &n) in spec.samples.iter().enumerate() {
                 for pos in 0..b * block {
                     // self-verification: per character, the lowest final energy or the largest drop
-                    let score = |c: usize| match spec.verify {
-                        Verify::MinEnergy => cand[c].2[si][pos],
-                        Verify::MaxGap => cand[c].2[si][pos] - cand[c].0[pos],
-                    };
+                    let score = |c: usize| spec.verify.score(cand[c].0[pos] as f32, cand[c].2[si][pos] as f32);
                     let best = (1..n).fold(0, |best, c| if score(c) < score(best) { c } else { best });
                     sums[si * spec.samples.len() + ni] += cand[best].1[si][pos];
                 }

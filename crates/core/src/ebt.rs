@@ -145,6 +145,17 @@ pub enum Verify {
     MaxGap,
 }
 
+impl Verify {
+    /// A candidate's score from its first and final energy: the lower wins.
+    /// Every f32 path scores here; `Ebt::predict` writes it in tensors.
+    pub fn score(self, first: f32, last: f32) -> f32 {
+        match self {
+            Verify::MinEnergy => last,
+            Verify::MaxGap => last - first,
+        }
+    }
+}
+
 impl std::str::FromStr for Verify {
     type Err = Error;
     fn from_str(s: &str) -> crate::Result<Self> {

@@ -49,13 +49,7 @@ pub struct CandidateThought {
 
 /// The index of the candidate `verify` prefers (ties: the first).
 pub fn choose(thoughts: &[CandidateThought], verify: Verify) -> usize {
-    let score = |t: &CandidateThought| {
-        let last = *t.energies.last().expect("a thought has its start");
-        match verify {
-            Verify::MinEnergy => last,
-            Verify::MaxGap => last - t.energies[0],
-        }
-    };
+    let score = |t: &CandidateThought| verify.score(t.energies[0], *t.energies.last().expect("a thought has its start"));
     (1..thoughts.len()).fold(0, |best, c| if score(&thoughts[c]) < score(&thoughts[best]) { c } else { best })
 }
 

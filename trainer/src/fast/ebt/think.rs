@@ -95,10 +95,7 @@ pub fn predict(cfg: &ModelConfig, weights: &Weights, ids: &Tensor, steps: usize,
     for _ in 0..samples.max(1) {
         let z0 = initial_logits(cfg, b * n, rng);
         let th = fast.think(&x, &z0, steps, &[])?;
-        let score: Vec<f32> = match verify {
-            Verify::MinEnergy => th.energies[steps].clone(),
-            Verify::MaxGap => th.energies[steps].iter().zip(&th.energies[0]).map(|(e, e0)| e - e0).collect(),
-        };
+        let score: Vec<f32> = th.energies[steps].iter().zip(&th.energies[0]).map(|(&e, &e0)| verify.score(e0, e)).collect();
         let z = &th.logits[steps];
         match &mut best {
             None => best = Some((z.clone(), score)),

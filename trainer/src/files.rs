@@ -12,10 +12,15 @@ use candle_core::{DType, Device};
 use nrgpt_core::Checkpoint;
 
 /// Reads a checkpoint file (f32 or quantized) as f32 on the CPU; the error
-/// names the file and whether reading or checking it failed.
+/// names the file and whether reading or checking it failed. A file written
+/// before checksums loads with a note on stderr.
 pub fn read_checkpoint(path: &Path) -> Result<Checkpoint> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))
+    let ck = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))?;
+    if let Some(note) = ck.integrity.note() {
+        eprintln!("note: {} is {note}", path.display());
+    }
+    Ok(ck)
 }
 
 /// Where [`write_atomic`] stages `path`: `NAME.tmp` beside it.

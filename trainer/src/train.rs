@@ -11,6 +11,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use indicatif::{ProgressBar, ProgressStyle};
 use nrgpt_core::model::{init_weights, num_params, Dropout, Weights};
 use nrgpt_core::rng::Rng64;
+use nrgpt_core::format::Integrity;
 use nrgpt_core::layout::{Body, WeightLayout, EBT_REPLAY};
 use nrgpt_core::{Arch, Checkpoint, ModelConfig, Vocab};
 use serde::{Deserialize, Serialize};
@@ -104,7 +105,7 @@ const STREAM_EBT: u64 = 0xEB7;
 fn save(path: &Path, cfg: &ModelConfig, vocab: &Vocab, weights: Weights, extra: Weights, state: &TrainState) -> Result<()> {
     let mut meta = BTreeMap::new();
     meta.insert("train_state".to_string(), serde_json::to_string(state)?);
-    let ck = Checkpoint { config: cfg.clone(), vocab: vocab.clone(), weights, extra, meta };
+    let ck = Checkpoint { config: cfg.clone(), vocab: vocab.clone(), weights, extra, meta, integrity: Integrity::Verified };
     write_atomic(path, &ck.to_bytes()?)
 }
 

@@ -10,6 +10,9 @@ pub enum Error {
     Json(#[from] serde_json::Error),
     #[error("bad checkpoint: {0}")]
     Checkpoint(String),
+    /// A tensor or metadata entry that is not what the file's digest says was written.
+    #[error("bad checkpoint: {subject} does not match the file's digest ({why}): the file was damaged or edited after it was written")]
+    Digest { subject: String, why: &'static str },
     #[error("bad model config: {0}")]
     Config(String),
     /// A config field outside its range ([`crate::bounds`]).

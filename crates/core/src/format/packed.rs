@@ -15,6 +15,7 @@ use candle_core::DType;
 use safetensors::{Dtype, SafeTensors, View};
 
 use super::codec::{dequantize, packed_lens, quantize, unpack, Codes, Scheme, BLOCK};
+use super::digest::{seal, verify, Integrity};
 use super::header::{meta_field, model_meta, open, read_model_meta, Metadata, FORMAT_F32, FORMAT_KEY, FORMAT_QUANT};
 use crate::bounds::{check_values, weight_rule, ValueRule, MAX_ABS_MOMENT, MAX_ABS_WEIGHT, MAX_SECOND_MOMENT};
 use crate::layout::{Body, ParamSpec, WeightLayout, EBT_REPLAY, MAX_ABS_REPLAY};
@@ -49,6 +50,8 @@ pub struct PackedCheckpoint {
     pub scheme: Scheme,
     pub layout: WeightLayout,
     pub tensors: Vec<PackedTensor>,
+    /// Whether the file matched its digest, or predates digests (the page shows [`Integrity::note`]).
+    pub integrity: Integrity,
 }
 
 impl PackedCheckpoint {
@@ -75,7 +78,7 @@ impl PackedCheckpoint {
             };
             tensors.push(packed);
         }
-        Ok(Self { config: config.clone(), vocab: vocab.clone(), scheme, layout, tensors })
+        Ok(Self { config: config.clone(), vocab: vocab.clone(), scheme, layout, tensors, integrity: Integrity::Verified })
     }
 
     /// Parses a quantized file, or an f32 one (as scheme `F32`, optimizer state ignored).
@@ -84,9 +87,11 @@ impl PackedCheckpoint {
         Self::from_parsed(&st, &md)
     }
 
-    /// The model weights of an opened file; every tensor checked for dtype,
-    /// shape and values ([`crate::bounds`]), and nothing else in the file.
+    /// The model weights of an opened file; the file checked against its
+    /// digest first (so damage is reported as such), then every tensor for
+    /// dtype, shape and values ([`crate::bounds`]), and nothing else in the file.
     pub(crate) fn from_parsed(st: &SafeTensors, md: &Metadata) -> Result<Self> {
+        let integrity = verify(st, md)?;
         let format = meta_field(md, FORMAT_KEY)?;
         let scheme = match format {
             FORMAT_F32 => Scheme::F32,
@@ -124,7 +129,7 @@ impl PackedCheckpoint {
         } else {
             check_optimizer_state(st, &layout, &expected)?;
         }
-        Ok(Self { config, vocab, scheme, layout, tensors })
+        Ok(Self { config, vocab, scheme, layout, tensors, integrity })
     }
 
     /// Parameter `i` as f32 values.
@@ -171,6 +176,7 @@ impl PackedCheckpoint {
                 }
             }
         }
+        seal(&mut md, &out)?;
         Ok(safetensors::serialize(out, Some(md))?)
     }
 }

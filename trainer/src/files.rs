@@ -15,7 +15,7 @@ use nrgpt_core::Checkpoint;
 /// names the file and whether reading or checking it failed. A file written
 /// before checksums loads with a note on stderr.
 pub fn read_checkpoint(path: &Path) -> Result<Checkpoint> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = crate::read::bytes(path, crate::read::CHECKPOINT_LIMIT, "the checkpoint")?;
     let ck = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))?;
     if let Some(note) = ck.integrity.note() {
         eprintln!("note: {} is {note}", path.display());

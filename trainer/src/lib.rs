@@ -4,6 +4,7 @@
 // Each unsafe operation gets its own block and SAFETY note, even inside an unsafe fn.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod budget;
 pub mod cli_values;
 pub mod data;
 pub mod divergence;
@@ -19,6 +20,7 @@ pub mod listops_sweep;
 pub mod net;
 pub mod optim;
 pub mod poster;
+pub mod read;
 pub mod resume;
 pub mod think_plan;
 pub mod thinking_table;

@@ -178,11 +178,11 @@ impl SweepSpec {
 
 fn read_finished(dir: &Path) -> Result<Option<Finished>> {
     let path = dir.join(FINISHED);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Ok(Some(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    if !path.try_exists().with_context(|| format!("reading {}", path.display()))? {
+        return Ok(None);
     }
+    let text = crate::read::text(&path, crate::read::TEXT_LIMIT, "the finished run")?;
+    Ok(Some(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?))
 }
 
 /// Same model and settings, compared as stored (JSON), the way `--resume` compares flags.
@@ -192,7 +192,7 @@ fn same_run(cfg_a: &ModelConfig, set_a: &TrainSettings, cfg_b: &ModelConfig, set
 
 /// Seconds the earlier process had trained when it last evaluated (log.csv's last column).
 fn last_elapsed(paths: &RunPaths) -> f64 {
-    let text = std::fs::read_to_string(paths.log()).unwrap_or_default();
+    let text = crate::read::text(&paths.log(), crate::read::TEXT_LIMIT, "the log").unwrap_or_default();
     text.lines().filter_map(|l| l.rsplit(',').next()?.parse::<f64>().ok()).fold(0.0, f64::max)
 }
 

@@ -443,7 +443,7 @@ fn check_ebt_flags(a: &TrainArgs, given: &[String]) -> Result<()> {
 
 
 fn load_vocab(path: &PathBuf) -> Result<Vocab> {
-    let json = std::fs::read_to_string(path).with_context(|| format!("reading the vocabulary {}", path.display()))?;
+    let json = trainer::read::text(path, trainer::read::TEXT_LIMIT, "the vocabulary")?;
     Vocab::from_tokenizer_json(&json).with_context(|| format!("parsing {}", path.display()))
 }
 
@@ -475,6 +475,9 @@ fn train(mut a: TrainArgs, mut given: Vec<String>, json: bool) -> Result<()> {
     let corpus = Corpus::load(&a.data, &vocab)?;
     let (cfg, by_preset) = model_config(&a, vocab.len(), &given);
     given.extend(by_preset);
+    if !a.resume {
+        trainer::budget::train(&cfg, a.batch, "--batch", a.dropout > 0.0 || a.attn_dropout > 0.0)?;
+    }
     let settings = TrainSettings {
         batch: a.batch,
         iters: a.iters.unwrap_or(2000),
@@ -583,10 +586,9 @@ struct VocabReport {
 
 fn eval(a: EvalArgs, json: bool) -> Result<()> {
     let ck = read_checkpoint(&a.on.ckpt)?;
-    let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
+    let split = &trainer::data::load_split(&a.on.data, &ck.vocab, a.split == "train", a.max_chars)?;
+    trainer::budget::evaluate(&ck.config, a.batch, split.len() / ck.config.block_size, a.on.steps, a.samples)?;
     let net = Net::new(&ck.config, &ck.weights)?;
-    let split = if a.split == "train" { &corpus.train } else { &corpus.val };
-    let split = &split[..a.max_chars.unwrap_or(usize::MAX).min(split.len())];
     let pb = indicatif::ProgressBar::new(0);
     let think = Thinking { steps: a.on.steps, samples: a.samples, verify: a.verify };
     let loss = full_loss(&net, split, a.batch, think, &mut |done, total| {
@@ -607,10 +609,12 @@ fn think(a: ThinkArgs, json: bool) -> Result<()> {
     if ck.config.arch != Arch::Ebt {
         anyhow::bail!("{} is a {}, not an EBT: only an EBT thinks", a.ckpt.display(), ck.config.arch.name());
     }
+    let (max_steps, max_samples) = (a.steps.iter().copied().max(), a.samples.iter().copied().max().unwrap_or(1));
+    trainer::budget::evaluate(&ck.config, a.batch, a.max_chars / ck.config.block_size, max_steps, max_samples)?;
     let spec = TableSpec { steps: a.steps, samples: a.samples, verify: a.verify, batch: a.batch };
-    let mut texts = vec![(format!("{} (val split)", a.data.display()), Corpus::load(&a.data, &ck.vocab)?.val)];
+    let mut texts = vec![(format!("{} (val split)", a.data.display()), trainer::data::load_split(&a.data, &ck.vocab, false, Some(a.max_chars))?)];
     for path in &a.ood {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let (text, _) = trainer::read::CharReader::open(path, trainer::read::TEXT_LIMIT, "the text")?.read(a.max_chars, true)?;
         texts.push((path.display().to_string(), ck.vocab.encode(&text).with_context(|| format!("encoding {}", path.display()))?));
     }
     let mut reports = Vec::new();
@@ -640,6 +644,7 @@ fn think(a: ThinkArgs, json: bool) -> Result<()> {
 fn energy(a: EnergyArgs, json: bool) -> Result<()> {
     let ck = read_checkpoint(&a.on.ckpt)?;
     let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
+    trainer::budget::evaluate(&ck.config, a.windows, corpus.val.len() / ck.config.block_size, a.on.steps, 1)?;
     let model = ck.model()?;
     let m = monotone_fraction(&model, &corpus.val, a.windows, a.on.steps, a.skip)?;
     if json {
@@ -679,6 +684,7 @@ fn main() -> Result<()> {
         Cmd::Think(a) => think(a, json),
         Cmd::Sample(a) => {
             let ck = read_checkpoint(&a.ckpt)?;
+            trainer::budget::sample(&ck.config, a.prompt.chars().count(), a.len, a.steps, a.samples)?;
             let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
             let ebt = EbtThinkOpts { samples: a.samples, verify: a.verify, accept_lower: a.accept_lower, seed: a.seed };
             let step = StepOpts { steps: a.steps, early_exit: a.early_exit, ebt };
@@ -721,7 +727,7 @@ fn main() -> Result<()> {
         }
         Cmd::ListopsAnswer(a) => trainer::listops_cli::answer(&a, json),
         Cmd::Vocab { data, out } => {
-            let text = std::fs::read_to_string(&data).with_context(|| format!("reading {}", data.display()))?;
+            let text = trainer::read::text(&data, trainer::read::TEXT_LIMIT, "the corpus")?;
             let vocab = Vocab::from_text(&text)?;
             std::fs::write(&out, tokenizer_json(&vocab)?).with_context(|| format!("writing {}", out.display()))?;
             if json {

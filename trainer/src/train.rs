@@ -111,7 +111,7 @@ fn save(path: &Path, cfg: &ModelConfig, vocab: &Vocab, weights: Weights, extra: 
 
 /// The lowest val estimate in a run's log (infinity when it has none).
 fn best_logged_val(log: &Path) -> f64 {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let text = crate::read::text(log, crate::read::TEXT_LIMIT, "the log").unwrap_or_default();
     text.lines().skip(1).filter_map(|l| l.split(',').nth(5)?.parse::<f64>().ok()).fold(f64::INFINITY, f64::min)
 }
 
@@ -283,7 +283,7 @@ impl Learner {
 
 /// Keeps the log rows of iterations before `iter` (a resumed run rewrites the rest).
 fn truncate_log(path: &Path, iter: usize) -> Result<()> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let text = crate::read::text(path, crate::read::TEXT_LIMIT, "the log").unwrap_or_default();
     let mut out = String::from(CSV_HEADER);
     out.push('\n');
     for line in text.lines().skip(1) {
@@ -321,6 +321,8 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
             let path = paths.ckpt();
             let (ck, state) = paths.stored()?.with_context(|| format!("no checkpoint {} to resume", path.display()))?;
             state.settings.validate().with_context(|| format!("resuming {}", path.display()))?;
+            let s = &state.settings;
+            crate::budget::train(&ck.config, s.batch, "the stored batch", s.dropout > 0.0 || s.attn_dropout > 0.0).with_context(|| format!("resuming {}", path.display()))?;
             check_flags(&ck.config, &state.settings, &requested)?;
             check_vocab(&ck.vocab, vocab)?;
             let mut s = state.settings.clone();

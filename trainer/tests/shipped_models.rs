@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
 use nrgpt_core::model::num_params;
+use nrgpt_core::bounds::memory;
 use nrgpt_core::format::Integrity;
 use nrgpt_core::Checkpoint;
 use serde::Deserialize;
@@ -49,6 +50,7 @@ fn manifest_entries_are_the_trained_models_they_claim() {
         }
         assert_eq!(ck.config.arch.name(), m.arch, "{}: arch", m.name);
         assert_eq!(num_params(&ck.config), m.params, "{}: params", m.name);
+        memory::decode(&ck.config).check(memory::PAGE).unwrap_or_else(|e| panic!("{}: {e}", m.name));
         let corpus = Corpus::load(&root("data/tinyshakespeare/input.txt"), &ck.vocab).unwrap();
         // 16k characters: the start of the split is a little easier or harder
         // than the whole, never by 0.15 nats on these models

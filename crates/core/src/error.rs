@@ -21,6 +21,9 @@ pub enum Error {
     /// A stored value breaking its tensor's rule ([`crate::bounds::ValueRule`]).
     #[error("tensor `{name}` element {index} is {value:e}: {rule}")]
     TensorValue { name: String, index: usize, value: f32, rule: String },
+    /// A task that would allocate more than its budget ([`crate::bounds::memory`]).
+    #[error(transparent)]
+    Budget(Box<crate::bounds::memory::OverBudget>),
     #[error("{0}")]
     NonFinite(String),
     #[error("vocabulary: {0}")]

@@ -43,12 +43,13 @@ impl Default for EbtThinkOpts {
 
 /// The window policy every decoder shares: when the window is full, keep its
 /// last half (positions restart at 0), so cached decoding recomputes only on
-/// a slide. Returns whether it slid.
+/// a slide. Returns whether it slid. A block of one keeps nothing: the
+/// character about to be pushed fills it.
 pub fn slide_window(window: &mut Vec<u32>, block: usize) -> bool {
     if window.len() < block {
         return false;
     }
-    let keep = (block / 2).max(1);
+    let keep = block / 2;
     window.drain(..window.len() - keep);
     true
 }

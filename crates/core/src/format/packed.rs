@@ -17,7 +17,7 @@ use safetensors::{Dtype, SafeTensors, View};
 use super::codec::{dequantize, packed_lens, quantize, unpack, Codes, Scheme, BLOCK};
 use super::digest::{seal, verify, Integrity};
 use super::header::{meta_field, model_meta, open, read_model_meta, Metadata, FORMAT_F32, FORMAT_KEY, FORMAT_QUANT};
-use crate::bounds::{check_values, weight_rule, ValueRule, MAX_ABS_MOMENT, MAX_ABS_WEIGHT, MAX_SECOND_MOMENT};
+use crate::bounds::{check_values, memory, weight_rule, ValueRule, MAX_ABS_MOMENT, MAX_ABS_WEIGHT, MAX_SECOND_MOMENT};
 use crate::layout::{Body, ParamSpec, WeightLayout, EBT_REPLAY, MAX_ABS_REPLAY};
 use crate::model::{check_weights, Weights};
 use crate::{Error, ModelConfig, Result, Vocab};
@@ -105,6 +105,8 @@ impl PackedCheckpoint {
             _ => return Err(Error::Checkpoint(format!("format `{format}` is neither `{FORMAT_F32}` nor `{FORMAT_QUANT}`"))),
         };
         let (config, vocab) = read_model_meta(md)?;
+        // before any tensor is copied out: a small file may ask for terabytes to decode
+        memory::decode(&config).check(memory::HERE)?;
         let layout = WeightLayout::new(&config);
         let mut tensors = Vec::with_capacity(layout.specs.len());
         let mut expected = HashSet::new();

@@ -118,6 +118,19 @@ fn entries_added_dropped_or_swapped_are_refused() {
 }
 
 #[test]
+fn a_damaged_digest_key_does_not_pass_for_an_old_file() {
+    // one flipped bit turns `digest` into `dibest`: the file then has no
+    // digest, but an entry no writer made before checksums
+    let file = quant_bytes(Arch::Gpt, Scheme::Int8);
+    let at = String::from_utf8_lossy(&file).find("\"digest\"").unwrap() + 3;
+    let mut bad = file.clone();
+    bad[at] ^= 0x05;
+    assert_eq!(bad[at], b'b');
+    let err = refused(&bad);
+    assert!(err.contains("metadata `dibest`") && err.contains("damaged"), "{err}");
+}
+
+#[test]
 fn a_file_without_a_digest_loads_with_the_note() {
     for file in [f32_bytes(Arch::NrgptFf2w), quant_bytes(Arch::Ebt, Scheme::Int8)] {
         assert_eq!(PackedCheckpoint::from_bytes(&file).unwrap().integrity, Integrity::Verified);

@@ -13,8 +13,10 @@
 //! config validates, every value is within its bound, a language model
 //! built from it gives finite logits, and a file that kept its seed's
 //! digest is the seed itself. `NRGPT_FUZZ_SECS` sets the budget
-//! (default 60 s), `NRGPT_FUZZ_SEED` replays a run; inputs that fail are
-//! written to `target/fuzz-failures/` (add them to the corpus as regressions).
+//! (default 60 s), `NRGPT_FUZZ_CHECKPOINTS` a count of checkpoint inputs
+//! instead (the long run: 1000000), `NRGPT_FUZZ_SEED` replays a run;
+//! inputs that fail are written to `target/fuzz-failures/` (add them to
+//! the corpus as regressions).
 
 mod common;
 
@@ -373,6 +375,7 @@ fn save_failure(name: &str, bytes: &[u8], why: &str) -> PathBuf {
 #[test]
 fn fuzz_the_loaders_for_a_fixed_budget() {
     let secs: u64 = std::env::var("NRGPT_FUZZ_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    let count: Option<usize> = std::env::var("NRGPT_FUZZ_CHECKPOINTS").ok().and_then(|s| s.parse().ok());
     let seed: u64 = std::env::var("NRGPT_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
     });
@@ -389,7 +392,7 @@ fn fuzz_the_loaders_for_a_fixed_budget() {
     let (mut tried, mut accepted, mut tok_tried, mut tok_accepted) = (0usize, 0usize, 0usize, 0usize);
     let (mut stale, mut stale_accepted) = (0usize, 0usize);
     let mut failures = Vec::new();
-    while t0.elapsed() < Duration::from_secs(secs) {
+    while count.map_or(t0.elapsed() < Duration::from_secs(secs), |n| tried < n) {
         // three checkpoints to one tokenizer: the checkpoint reader is the larger surface
         if tried % 3 == 2 {
             let muts = tok_input.new_tree(&mut runner).unwrap().current();

@@ -8,7 +8,9 @@
 //!
 //! A digest catches damage (a flipped bit, a truncated copy, a hand edit),
 //! not a forger: anyone can recompute it, so every bound of
-//! [`crate::bounds`] is still checked after it.
+//! [`crate::bounds`] is still checked after it. A file without one loads
+//! as [`Integrity::Unverified`] only if it holds nothing but the entries
+//! written before checksums.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +23,11 @@ use crate::{Error, Result};
 
 /// The metadata key of the digest (it covers every other entry).
 pub const DIGEST_KEY: &str = "digest";
+
+/// Every metadata entry a writer made before checksums: a file without a
+/// digest holds only these, so one whose `digest` key was damaged (a bit
+/// flip makes `dibest`) is refused, not taken for an old file.
+const BEFORE_CHECKSUMS: [&str; 6] = ["format", "config", "vocab", "quant", "block", "train_state"];
 
 /// How a loaded file was checked against its digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +112,16 @@ fn mismatch(subject: String, why: &'static str) -> Error {
 /// Checks every tensor and metadata entry of an opened file against its
 /// digest. Sorted by name, so the error names the same subject every time.
 pub(crate) fn verify(st: &SafeTensors, md: &Metadata) -> Result<Integrity> {
-    let Some(entry) = md.get(DIGEST_KEY) else { return Ok(Integrity::Unverified) };
+    let Some(entry) = md.get(DIGEST_KEY) else {
+        let mut keys: Vec<&String> = md.keys().collect();
+        keys.sort();
+        return match keys.into_iter().find(|k| !BEFORE_CHECKSUMS.contains(&k.as_str())) {
+            Some(key) => Err(Error::Checkpoint(format!(
+                "metadata `{key}` was never written without a `{DIGEST_KEY}`, and this file has none: it was damaged or edited"
+            ))),
+            None => Ok(Integrity::Unverified),
+        };
+    };
     let Entry { sha256: sums } =
         serde_json::from_str(entry).map_err(|e| Error::Checkpoint(format!("metadata `{DIGEST_KEY}` does not parse: {e}")))?;
     let mut keys: Vec<&String> = md.keys().filter(|k| *k != DIGEST_KEY).collect();

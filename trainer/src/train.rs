@@ -321,8 +321,8 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
             let path = paths.ckpt();
             let (ck, state) = paths.stored()?.with_context(|| format!("no checkpoint {} to resume", path.display()))?;
             state.settings.validate().with_context(|| format!("resuming {}", path.display()))?;
-            let s = &state.settings;
-            crate::budget::train(&ck.config, s.batch, "the stored batch", s.dropout > 0.0 || s.attn_dropout > 0.0).with_context(|| format!("resuming {}", path.display()))?;
+            let dropout = state.settings.dropout > 0.0 || state.settings.attn_dropout > 0.0;
+            crate::budget::train(&ck.config, state.settings.batch, "the stored batch", dropout).with_context(|| format!("resuming {}", path.display()))?;
             check_flags(&ck.config, &state.settings, &requested)?;
             check_vocab(&ck.vocab, vocab)?;
             let mut s = state.settings.clone();

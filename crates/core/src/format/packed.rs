@@ -6,7 +6,8 @@
 //! `vocab` as in the f32 format; a packed weight `NAME` is stored as
 //! `NAME.q` (U32, [n_words]) and `NAME.scale` (F32, [n_blocks]), an f16 one as
 //! `NAME` (F16, its shape), a rank-1 one as `NAME` (F32). Names and shapes
-//! come from [`WeightLayout`]. There is no optimizer state.
+//! come from [`WeightLayout`]. There is no optimizer state. Every file also
+//! carries `digest`, the checksum of each tensor and entry ([`super::digest`]).
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};

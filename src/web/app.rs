@@ -196,11 +196,12 @@ impl Ui {
                 self.steps.set(info.steps.to_string());
                 let steps = if info.arch == EBT_ARCH { format!("S = {} thinking steps", info.steps) } else { format!("T = {}", info.steps) };
                 self.status.set(format!(
-                    "Loaded {} ({}, {} parameters, {steps}){}.",
+                    "Loaded {} ({}, {} parameters, {steps}){}{}.",
                     self.model_name.get_untracked(),
                     info.arch,
                     thousands(info.params),
-                    if info.from_cache { ", from the browser cache" } else { "" }
+                    if info.from_cache { ", from the browser cache" } else { "" },
+                    info.integrity_note.as_ref().map(|n| format!("; {n}")).unwrap_or_default()
                 ));
                 self.info.set(Some(info));
             }

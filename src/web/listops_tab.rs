@@ -89,7 +89,8 @@ impl Tab {
             }
             FromWorker::Loading { phase } => self.status.set(phase),
             FromWorker::Loaded(info) => {
-                self.status.set(format!("{} with {} parameters, T = {} steps: ready", info.arch, info.params, info.steps));
+                let note = info.integrity_note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default();
+                self.status.set(format!("{} with {} parameters, T = {} steps{note}: ready", info.arch, info.params, info.steps));
                 self.info.set(Some(info));
             }
             FromWorker::Token(t) if t.run == self.run.get_untracked() && !self.finished.get_untracked() => {

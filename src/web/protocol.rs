@@ -89,6 +89,8 @@ pub struct ModelInfo {
     /// Why the CPU engine runs (no adapter, or an EBT on an adapter not known
     /// to be a hardware GPU): the page says so next to the backend.
     pub backend_note: Option<String>,
+    /// "unverified: written before checksums" for a file without a digest.
+    pub integrity_note: Option<String>,
     pub from_cache: bool,
 }
 

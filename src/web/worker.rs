@@ -85,6 +85,12 @@ impl PageBackend {
             PageBackend::Incremental(e) => e.vocab(),
         }
     }
+    pub fn integrity(&self) -> nrgpt_core::format::Integrity {
+        match self {
+            PageBackend::Reference(s) => s.integrity,
+            PageBackend::Incremental(e) => e.integrity(),
+        }
+    }
     pub fn reset(&mut self) {
         match self {
             PageBackend::Reference(s) => s.reset(),
@@ -250,6 +256,7 @@ async fn load(host: Rc<Host>, s: Rc<SessionState>, url: String, choice: EngineCh
         },
         backend: engine.backend(),
         backend_note: choice.cpu_because.clone().or_else(|| engine.backend_note()),
+        integrity_note: engine.integrity().note().map(String::from),
         from_cache,
     };
     *s.engine.borrow_mut() = Some(engine);

@@ -7,7 +7,7 @@ use candle_core::{Device, Tensor};
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::Vocab;
 
-use crate::files::read_text;
+use crate::read::{self, CharReader, TEXT_LIMIT};
 
 pub struct Corpus {
     pub train: Vec<u32>,
@@ -15,9 +15,10 @@ pub struct Corpus {
 }
 
 impl Corpus {
-    /// Reads `path`, encodes it with `vocab`, and splits it (first 90% train).
+    /// Reads `path` (at most [`TEXT_LIMIT`] bytes), encodes it with `vocab`,
+    /// and splits it (first 90% train).
     pub fn load(path: &Path, vocab: &Vocab) -> Result<Self> {
-        let text = read_text(path).context("reading the corpus")?;
+        let text = read::text(path, TEXT_LIMIT, "the corpus")?;
         let ids = vocab.encode(&text).with_context(|| format!("encoding {}", path.display()))?;
         if ids.len() < 1000 {
             bail!("the corpus {} has only {} characters", path.display(), ids.len());
@@ -25,6 +26,34 @@ impl Corpus {
         let n = ids.len() * 9 / 10;
         Ok(Self { train: ids[..n].to_vec(), val: ids[n..].to_vec() })
     }
+}
+
+/// The train split (`train`) or the val split of the corpus at `path`, or
+/// with `max_chars` only its first characters, reading no further than
+/// that needs: the train split stops once it is sure they lie before the
+/// 90% point; the val split counts the characters once without keeping
+/// them, to find where it starts.
+pub fn load_split(path: &Path, vocab: &Vocab, train: bool, max_chars: Option<usize>) -> Result<Vec<u32>> {
+    let Some(n) = max_chars else {
+        let c = Corpus::load(path, vocab)?;
+        return Ok(if train { c.train } else { c.val });
+    };
+    let open = || CharReader::open(path, TEXT_LIMIT, "the corpus");
+    let text = if train {
+        let mut r = open()?;
+        let (head, got) = r.read(n, true)?;
+        // n characters are all train once the file holds n * 10/9 of them
+        let sure = n.saturating_mul(10) / 9 + 2;
+        let (_, more) = r.read(sure - got, false)?;
+        let total = got + more;
+        if total < sure { head.chars().take(total * 9 / 10).collect() } else { head }
+    } else {
+        let (_, total) = open()?.read(usize::MAX, false)?;
+        let mut r = open()?;
+        r.read(total * 9 / 10, false)?;
+        r.read(n, true)?.0
+    };
+    vocab.encode(&text).with_context(|| format!("encoding {}", path.display()))
 }
 
 /// `batch` random windows of `block + 1` tokens: inputs (B, block) and targets shifted by one.

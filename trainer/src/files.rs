@@ -4,7 +4,6 @@
 //! folder.
 
 use std::fs::{File, FileType, OpenOptions, TryLockError};
-use std::io::Read;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -15,10 +14,15 @@ mod atomic;
 pub use atomic::{tmp_path, write_atomic};
 
 /// Reads a checkpoint file (f32 or quantized) as f32 on the CPU; the error
-/// names the file and whether reading or checking it failed.
+/// names the file and whether reading or checking it failed. A file written
+/// before checksums loads with a note on stderr.
 pub fn read_checkpoint(path: &Path) -> Result<Checkpoint> {
-    let bytes = read_file(path)?;
-    Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))
+    let bytes = crate::read::bytes(path, crate::read::CHECKPOINT_LIMIT, "the checkpoint")?;
+    let ck = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).with_context(|| format!("loading {}", path.display()))?;
+    if let Some(note) = ck.integrity.note() {
+        eprintln!("note: {} is {note}", path.display());
+    }
+    Ok(ck)
 }
 
 /// What a file type is, for the message refusing it.
@@ -58,22 +62,6 @@ pub fn open_regular(path: &Path) -> Result<File> {
         return refuse(&meta.file_type());
     }
     Ok(file)
-}
-
-/// The bytes of a regular file ([`open_regular`]); errors name the file.
-pub fn read_file(path: &Path) -> Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    open_regular(path)?.read_to_end(&mut bytes).with_context(|| format!("reading {}", path.display()))?;
-    Ok(bytes)
-}
-
-/// The text of a regular file; a byte that is not UTF-8 is an error naming
-/// the file and where the bad byte is.
-pub fn read_text(path: &Path) -> Result<String> {
-    String::from_utf8(read_file(path)?).map_err(|e| {
-        let at = e.utf8_error().valid_up_to();
-        anyhow::anyhow!("{} is not UTF-8 text: byte {at} is not valid UTF-8", path.display())
-    })
 }
 
 /// An exclusive lock on a run folder, held while the value lives. It is an
@@ -150,12 +138,12 @@ mod tests {
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
         // no writer ever comes: opening it would block forever
         for (path, kind) in [(fifo.as_path(), "is a FIFO"), (Path::new("/dev/zero"), "is a device"), (d.as_path(), "is a directory")] {
-            let err = read_file(path).unwrap_err().to_string();
+            let err = format!("{:#}", crate::read::bytes(path, 1 << 20, "the input").unwrap_err());
             assert!(err.contains(&path.display().to_string()) && err.contains(kind) && err.contains("not a regular file"), "{err}");
         }
         let text = d.join("latin1.txt");
         std::fs::write(&text, b"ab\xe9c").unwrap();
-        let err = read_text(&text).unwrap_err().to_string();
+        let err = crate::read::text(&text, 1 << 20, "the text").unwrap_err().to_string();
         assert!(err.contains("latin1.txt") && err.contains("byte 2"), "{err}");
     }
 

@@ -12,6 +12,7 @@
 // Each unsafe operation gets its own block and SAFETY note, even inside an unsafe fn.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod budget;
 pub mod cli_values;
 pub mod data;
 pub mod divergence;
@@ -27,6 +28,7 @@ pub mod listops_sweep;
 pub mod net;
 pub mod optim;
 pub mod poster;
+pub mod read;
 pub mod resume;
 pub mod run_log;
 pub mod stream;

@@ -179,11 +179,11 @@ impl SweepSpec {
 
 fn read_finished(dir: &Path) -> Result<Option<Finished>> {
     let path = dir.join(FINISHED);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Ok(Some(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    if !path.try_exists().with_context(|| format!("reading {}", path.display()))? {
+        return Ok(None);
     }
+    let text = crate::read::text(&path, crate::read::TEXT_LIMIT, "the finished run")?;
+    Ok(Some(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?))
 }
 
 /// Same model and settings, compared as stored (JSON), the way `--resume` compares flags.

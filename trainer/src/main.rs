@@ -18,7 +18,7 @@ use trainer::data::Corpus;
 use trainer::eval::{full_loss, monotone_fraction};
 use trainer::net::{Net, Thinking};
 use trainer::export::export;
-use trainer::files::{read_checkpoint, read_text, write_atomic};
+use trainer::files::{read_checkpoint, write_atomic};
 use trainer::fast::TrainBackend;
 use nrgpt_core::ebt::Verify;
 use nrgpt_core::ebt_session::{generate_ebt_streamed, EbtSession};
@@ -483,7 +483,7 @@ fn given(m: &clap::ArgMatches) -> Vec<String> {
 
 
 fn load_vocab(path: &Path) -> Result<Vocab> {
-    let json = read_text(path).context("reading the vocabulary")?;
+    let json = trainer::read::text(path, trainer::read::TEXT_LIMIT, "the vocabulary")?;
     Vocab::from_tokenizer_json(&json).with_context(|| format!("parsing {}", path.display()))
 }
 
@@ -515,6 +515,9 @@ fn train(mut a: TrainArgs, mut given: Vec<String>, json: bool) -> Result<()> {
     let corpus = Corpus::load(&a.data, &vocab)?;
     let (cfg, by_preset) = model_config(&a, vocab.len(), &given);
     given.extend(by_preset);
+    if !a.resume {
+        trainer::budget::train(&cfg, a.batch, "--batch", a.dropout > 0.0 || a.attn_dropout > 0.0)?;
+    }
     let settings = TrainSettings {
         batch: a.batch,
         iters: a.iters.unwrap_or(2000),
@@ -636,10 +639,9 @@ const SAMPLE_EBT_ONLY: &[&str] = &["samples", "verify", "accept_lower", "early_e
 fn eval(a: EvalArgs, given: &[String], json: bool) -> Result<()> {
     let ck = read_checkpoint(&a.on.ckpt)?;
     check_thinking_flags(&a.on.ckpt, ck.config.arch, given, EVAL_EBT_ONLY)?;
-    let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
+    let split = &trainer::data::load_split(&a.on.data, &ck.vocab, a.split == "train", a.max_chars)?;
+    trainer::budget::evaluate(&ck.config, a.batch, split.len() / ck.config.block_size, a.on.steps, a.samples)?;
     let net = Net::new(&ck.config, &ck.weights)?;
-    let split = if a.split == "train" { &corpus.train } else { &corpus.val };
-    let split = &split[..a.max_chars.unwrap_or(usize::MAX).min(split.len())];
     let pb = indicatif::ProgressBar::new(0);
     let think = Thinking { steps: a.on.steps, samples: a.samples, verify: a.verify };
     let loss = full_loss(&net, split, a.batch, think, &mut |done, total| {
@@ -660,15 +662,17 @@ fn think(a: ThinkArgs, json: bool) -> Result<()> {
     if ck.config.arch != Arch::Ebt {
         anyhow::bail!("{} is a {}, not an EBT: only an EBT thinks", a.ckpt.display(), ck.config.arch.name());
     }
+    let (max_steps, max_samples) = (a.steps.iter().copied().max(), a.samples.iter().copied().max().unwrap_or(1));
+    trainer::budget::evaluate(&ck.config, a.batch, a.max_chars / ck.config.block_size, max_steps, max_samples)?;
     let spec = TableSpec { steps: a.steps, samples: a.samples, verify: a.verify, batch: a.batch, langevin: a.langevin };
-    let mut texts = vec![(format!("{} (val split)", a.data.display()), Corpus::load(&a.data, &ck.vocab)?.val)];
+    let mut texts = vec![(format!("{} (val split)", a.data.display()), trainer::data::load_split(&a.data, &ck.vocab, false, Some(a.max_chars))?)];
     for path in &a.ood {
-        let text = read_text(path)?;
+        let (text, _) = trainer::read::CharReader::open(path, trainer::read::TEXT_LIMIT, "the text")?.read(a.max_chars, true)?;
         let ids = ck.vocab.encode(&text).with_context(|| format!("encoding {}", path.display()))?;
         // checked before the val split's table: an unusable text must not cost that wait
         let window = ck.config.block_size + 1;
-        if ids.len().min(a.max_chars) < window {
-            bail!("{} has {} characters: --ood needs at least one window of {window} (the model's block size + 1)", path.display(), ids.len());
+        if ids.len() < window {
+            bail!("{} has {} characters (of the --max-chars read): --ood needs at least one window of {window} (the model's block size + 1)", path.display(), ids.len());
         }
         texts.push((path.display().to_string(), ids));
     }
@@ -700,6 +704,7 @@ fn think(a: ThinkArgs, json: bool) -> Result<()> {
 fn sample(a: SampleArgs, given: &[String], json: bool) -> Result<()> {
     let ck = read_checkpoint(&a.ckpt)?;
     check_thinking_flags(&a.ckpt, ck.config.arch, given, SAMPLE_EBT_ONLY)?;
+    trainer::budget::sample(&ck.config, a.prompt.chars().count(), a.len, a.steps, a.samples)?;
     let opts = SampleOpts { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
     let ebt = EbtThinkOpts { samples: a.samples, verify: a.verify, accept_lower: a.accept_lower, seed: a.seed, langevin: a.langevin };
     let step = StepOpts { steps: a.steps, early_exit: a.early_exit, ebt };
@@ -733,6 +738,7 @@ fn sample(a: SampleArgs, given: &[String], json: bool) -> Result<()> {
 fn energy(a: EnergyArgs, json: bool) -> Result<()> {
     let ck = read_checkpoint(&a.on.ckpt)?;
     let corpus = Corpus::load(&a.on.data, &ck.vocab)?;
+    trainer::budget::evaluate(&ck.config, a.windows, corpus.val.len() / ck.config.block_size, a.on.steps, 1)?;
     let model = ck.model()?;
     let m = monotone_fraction(&model, &corpus.val, a.windows, a.on.steps, a.skip)?;
     if json {
@@ -789,7 +795,8 @@ fn main() -> Result<()> {
         }
         Cmd::ListopsAnswer(a) => trainer::listops_cli::answer(&a, json),
         Cmd::Vocab { data, out } => {
-            let vocab = Vocab::from_text(&read_text(&data)?).with_context(|| format!("the characters of {}", data.display()))?;
+            let text = trainer::read::text(&data, trainer::read::TEXT_LIMIT, "the corpus")?;
+            let vocab = Vocab::from_text(&text).with_context(|| format!("the characters of {}", data.display()))?;
             write_atomic(&out, tokenizer_json(&vocab)?.as_bytes())?;
             if json {
                 return print_json(&VocabReport { chars: vocab.len(), out });

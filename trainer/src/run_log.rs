@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::files::{read_text, write_atomic};
+use crate::files::write_atomic;
 
 pub const HEADER: &str = "iter,lr,loss,grad_norm,train_loss,val_loss,tok_per_s,elapsed_s";
 const COLUMNS: usize = 8;
@@ -46,7 +46,7 @@ pub fn read(path: &Path) -> Result<Option<Vec<Row>>> {
     if !path.try_exists().with_context(|| format!("reading {}", path.display()))? {
         return Ok(None);
     }
-    let text = read_text(path)?;
+    let text = crate::read::text(path, crate::read::TEXT_LIMIT, "the log")?;
     let mut lines = text.lines();
     if lines.next() != Some(HEADER) {
         bail!("{} is damaged: line 1 is not the log's header `{HEADER}`", path.display());

@@ -10,6 +10,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use indicatif::{ProgressBar, ProgressStyle};
 use nrgpt_core::model::{init_weights, num_params, Dropout, Weights};
 use nrgpt_core::rng::Rng64;
+use nrgpt_core::format::Integrity;
 use nrgpt_core::layout::{Body, WeightLayout, EBT_REPLAY};
 use nrgpt_core::{Arch, Checkpoint, ModelConfig, Vocab};
 use serde::{Deserialize, Serialize};
@@ -152,7 +153,7 @@ const STREAM_EBT: u64 = 0xEB7;
 fn save(path: &Path, cfg: &ModelConfig, vocab: &Vocab, weights: Weights, extra: Weights, state: &TrainState) -> Result<()> {
     let mut meta = BTreeMap::new();
     meta.insert("train_state".to_string(), serde_json::to_string(state)?);
-    let ck = Checkpoint { config: cfg.clone(), vocab: vocab.clone(), weights, extra, meta };
+    let ck = Checkpoint { config: cfg.clone(), vocab: vocab.clone(), weights, extra, meta, integrity: Integrity::Verified };
     write_atomic(path, &ck.to_bytes()?)
 }
 
@@ -348,6 +349,8 @@ pub fn run(corpus: &Corpus, vocab: &Vocab, start: Start, paths: &RunPaths, quiet
             let path = paths.ckpt();
             let (ck, state) = paths.stored()?.with_context(|| format!("no checkpoint {} to resume", path.display()))?;
             state.settings.validate().with_context(|| format!("resuming {}", path.display()))?;
+            let dropout = state.settings.dropout > 0.0 || state.settings.attn_dropout > 0.0;
+            crate::budget::train(&ck.config, state.settings.batch, "the stored batch", dropout).with_context(|| format!("resuming {}", path.display()))?;
             check_flags(&ck.config, &state.settings, &requested)?;
             check_vocab(&ck.vocab, vocab)?;
             let mut s = state.settings.clone();

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
 use nrgpt_core::model::num_params;
+use nrgpt_core::bounds::memory;
+use nrgpt_core::format::Integrity;
 use nrgpt_core::Checkpoint;
 use serde::Deserialize;
 use trainer::data::Corpus;
@@ -42,8 +44,13 @@ fn manifest_entries_are_the_trained_models_they_claim() {
         assert_eq!(bytes.len() as u64, m.size, "{}: size in the manifest", m.name);
         assert!(bytes.len() <= 1_000_000, "{}: shipped checkpoints stay <= 1 MB", m.name);
         let ck = Checkpoint::from_bytes(&bytes, DType::F32, &Device::Cpu).unwrap();
+        // every shipped file carries its digest; the EBT is re-exported by its own run (issue 39)
+        if m.name != "ebt" {
+            assert_eq!(ck.integrity, Integrity::Verified, "{}: no digest (examples/seal_checkpoint.rs adds one)", m.name);
+        }
         assert_eq!(ck.config.arch.name(), m.arch, "{}: arch", m.name);
         assert_eq!(num_params(&ck.config), m.params, "{}: params", m.name);
+        memory::decode(&ck.config).check(memory::PAGE).unwrap_or_else(|e| panic!("{}: {e}", m.name));
         let corpus = Corpus::load(&root("data/tinyshakespeare/input.txt"), &ck.vocab).unwrap();
         // 16k characters: the start of the split is a little easier or harder
         // than the whole, never by 0.15 nats on these models

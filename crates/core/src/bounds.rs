@@ -4,6 +4,9 @@
 //! cannot wrap it), and the values a weight or an optimizer moment may hold.
 //! A file from disk or the network is untrusted; everything past these
 //! checks (the layout's products, the decoders' slicing) relies on them.
+//! What a config in range would allocate is bounded in [`memory`].
+
+pub mod memory;
 
 use crate::layout::{Body, WeightLayout};
 use crate::{Arch, BlockNorm, EtaInit, EtaKind, Error, GptBlock, ModelConfig, Result};

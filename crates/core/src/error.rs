@@ -10,6 +10,9 @@ pub enum Error {
     Json(#[from] serde_json::Error),
     #[error("bad checkpoint: {0}")]
     Checkpoint(String),
+    /// A tensor or metadata entry that is not what the file's digest says was written.
+    #[error("bad checkpoint: {subject} does not match the file's digest ({why}): the file was damaged or edited after it was written")]
+    Digest { subject: String, why: &'static str },
     #[error("bad model config: {0}")]
     Config(String),
     /// A config field outside its range ([`crate::bounds`]).
@@ -18,6 +21,9 @@ pub enum Error {
     /// A stored value breaking its tensor's rule ([`crate::bounds::ValueRule`]).
     #[error("tensor `{name}` element {index} is {value:e}: {rule}")]
     TensorValue { name: String, index: usize, value: f32, rule: String },
+    /// A task that would allocate more than its budget ([`crate::bounds::memory`]).
+    #[error(transparent)]
+    Budget(Box<crate::bounds::memory::OverBudget>),
     #[error("{0}")]
     NonFinite(String),
     #[error("vocabulary: {0}")]

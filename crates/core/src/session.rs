@@ -8,6 +8,7 @@ use candle_core::{DType, Device, Tensor};
 use crate::ebt::Verify;
 use crate::layout::WeightLayout;
 use crate::projection::{project, top2_directions};
+use crate::format::Integrity;
 use crate::{Checkpoint, ForwardOpts, Model, Result, Vocab};
 
 #[derive(Debug, Clone, Default)]
@@ -46,12 +47,13 @@ impl Default for EbtThinkOpts {
 
 /// The window policy every decoder shares: when the window is full, keep its
 /// last half (positions restart at 0), so cached decoding recomputes only on
-/// a slide. Returns whether it slid.
+/// a slide. Returns whether it slid. A block of one keeps nothing: the
+/// character about to be pushed fills it.
 pub fn slide_window(window: &mut Vec<u32>, block: usize) -> bool {
     if window.len() < block {
         return false;
     }
-    let keep = (block / 2).max(1);
+    let keep = block / 2;
     window.drain(..window.len() - keep);
     true
 }
@@ -107,6 +109,8 @@ impl TokenTrace {
 pub struct Session {
     pub model: Model,
     pub vocab: Vocab,
+    /// Whether the checkpoint matched its digest (the page shows the note of one that predates digests).
+    pub integrity: Integrity,
     /// The current window (see [`slide_window`]).
     ids: Vec<u32>,
     dirs: [Vec<f32>; 2],
@@ -118,7 +122,7 @@ impl Session {
         let (v, d) = (ck.config.vocab_size, ck.config.d_model);
         let lay = WeightLayout::new(&ck.config);
         let head: Vec<f32> = ck.weights[lay.name(lay.head_w)].to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
-        Ok(Self { model, vocab: ck.vocab.clone(), ids: Vec::new(), dirs: top2_directions(&head, v, d) })
+        Ok(Self { model, vocab: ck.vocab.clone(), integrity: ck.integrity, ids: Vec::new(), dirs: top2_directions(&head, v, d) })
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {

@@ -4,11 +4,19 @@
 //! at the level of its structure (a value, a dtype, a shape, a name, a config
 //! field, a metadata entry) or of its raw bytes (a flip, a truncation).
 //!
+//! Half the inputs are sealed again after the mutations (a fresh digest, as
+//! a writer of bad tensors would make), so the reader's own rules must
+//! refuse them; the other half keep the seed's digest (damage after
+//! writing), so anything that changed must be refused by the digest.
+//!
 //! Property: the readers never panic, and what they accept is sound: the
-//! config validates, every value is within its bound, and a language model
-//! built from it gives finite logits. `NRGPT_FUZZ_SECS` sets the budget
-//! (default 60 s), `NRGPT_FUZZ_SEED` replays a run; inputs that fail are
-//! written to `target/fuzz-failures/` (add them to the corpus as regressions).
+//! config validates, every value is within its bound, a language model
+//! built from it gives finite logits, and a file that kept its seed's
+//! digest is the seed itself. `NRGPT_FUZZ_SECS` sets the budget
+//! (default 60 s), `NRGPT_FUZZ_CHECKPOINTS` a count of checkpoint inputs
+//! instead (the long run: 1000000), `NRGPT_FUZZ_SEED` replays a run;
+//! inputs that fail are written to `target/fuzz-failures/` (add them to
+//! the corpus as regressions).
 
 mod common;
 
@@ -18,7 +26,7 @@ use std::time::{Duration, Instant};
 use candle_core::{DType, Device, Tensor};
 use common::{Parts, Raw};
 use nrgpt_core::bounds::MAX_ABS_WEIGHT;
-use nrgpt_core::format::{PackedCheckpoint, Scheme};
+use nrgpt_core::format::{digest, Integrity, PackedCheckpoint, Scheme};
 use nrgpt_core::layout::WeightLayout;
 use nrgpt_core::{Arch, Checkpoint, ForwardOpts, Model, Vocab};
 use proptest::prelude::*;
@@ -54,8 +62,10 @@ fn the_checked_in_corpus_is_current() {
         // compared taken apart: the header's key order is not fixed
         let (a, b) = (Parts::of(&stored), Parts::of(&bytes));
         assert!(a.meta == b.meta && a.tensors == b.tensors, "{name} is stale: rerun with NRGPT_BLESS=1");
-        PackedCheckpoint::from_bytes(&stored).unwrap();
+        assert_eq!(PackedCheckpoint::from_bytes(&stored).unwrap().integrity, Integrity::Verified, "{name}");
     }
+    let legacy = std::fs::read(corpus_dir().join(LEGACY_SEED)).unwrap();
+    assert_eq!(PackedCheckpoint::from_bytes(&legacy).unwrap().integrity, Integrity::Unverified, "{LEGACY_SEED} has no digest");
 }
 
 #[derive(Debug, Clone)]
@@ -121,8 +131,11 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     ]
 }
 
-/// A damaged file: seed `seed` with `muts` applied.
-fn mutate(seed: &[u8], muts: &[Mutation]) -> Vec<u8> {
+/// A file written before checksums (no digest), kept as it was written.
+const LEGACY_SEED: &str = "legacy/nrgpt-ff2w.f32.safetensors";
+
+/// A damaged file: seed `seed` with `muts` applied, then `sealed` again or with the seed's digest.
+fn mutate(seed: &[u8], muts: &[Mutation], sealed: bool) -> Vec<u8> {
     let mut p = Parts::of(seed);
     let mut raw: Vec<(usize, Option<u8>)> = Vec::new(); // (position, Some(mask) flip | None truncate)
     for m in muts {
@@ -192,7 +205,7 @@ fn mutate(seed: &[u8], muts: &[Mutation]) -> Vec<u8> {
             Mutation::RawFlip { at, mask } => raw.push((at, Some(mask))),
         }
     }
-    let mut bytes = p.to_bytes();
+    let mut bytes = if sealed { p.to_bytes() } else { p.to_bytes_unsealed() };
     for (at, op) in raw {
         if bytes.is_empty() {
             break;
@@ -212,13 +225,23 @@ fn mutate(seed: &[u8], muts: &[Mutation]) -> Vec<u8> {
 }
 
 /// What a loader's acceptance must mean. `Err` describes a broken promise.
-fn check_checkpoint(bytes: &[u8]) -> Result<bool, String> {
+/// `seed`: the digested file `bytes` was made from while keeping its digest.
+fn check_checkpoint(bytes: &[u8], seed: Option<&[u8]>) -> Result<bool, String> {
     let packed = PackedCheckpoint::from_bytes(bytes);
     let full = Checkpoint::from_bytes(bytes, DType::F32, &Device::Cpu);
     if packed.is_ok() != full.is_ok() {
         return Err(format!("the readers disagree: packed {:?}, full {:?}", packed.err(), full.err().map(|e| e.to_string())));
     }
     let (Ok(p), Ok(ck)) = (packed, full) else { return Ok(false) };
+    if let Some(seed) = seed {
+        let (got, want) = (Parts::of(bytes), Parts::of(seed));
+        if got.meta != want.meta || got.tensors != want.tensors {
+            return Err("accepted a changed file under its old digest".into());
+        }
+    }
+    if p.integrity != ck.integrity || (p.integrity == Integrity::Unverified) != bytes_lack_digest(bytes) {
+        return Err(format!("integrity {:?} / {:?} does not say whether the file has a digest", p.integrity, ck.integrity));
+    }
     p.config.validate().map_err(|e| format!("accepted a config that does not validate: {e}"))?;
     if p.layout != WeightLayout::new(&p.config) || p.tensors.len() != p.layout.specs.len() {
         return Err("accepted tensors that are not the config's layout".into());
@@ -239,6 +262,10 @@ fn check_checkpoint(bytes: &[u8]) -> Result<bool, String> {
         }
     }
     Ok(true)
+}
+
+fn bytes_lack_digest(bytes: &[u8]) -> bool {
+    !Parts::of(bytes).meta.contains_key(digest::DIGEST_KEY)
 }
 
 #[derive(Debug, Clone)]
@@ -348,21 +375,24 @@ fn save_failure(name: &str, bytes: &[u8], why: &str) -> PathBuf {
 #[test]
 fn fuzz_the_loaders_for_a_fixed_budget() {
     let secs: u64 = std::env::var("NRGPT_FUZZ_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    let count: Option<usize> = std::env::var("NRGPT_FUZZ_CHECKPOINTS").ok().and_then(|s| s.parse().ok());
     let seed: u64 = std::env::var("NRGPT_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
     });
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
-    let files: Vec<Vec<u8>> = seeds().into_iter().map(|(n, _)| std::fs::read(corpus_dir().join(n)).unwrap()).collect();
+    let mut files: Vec<Vec<u8>> = seeds().into_iter().map(|(n, _)| std::fs::read(corpus_dir().join(n)).unwrap()).collect();
+    files.push(std::fs::read(corpus_dir().join(LEGACY_SEED)).unwrap());
     let tokenizer = std::fs::read_to_string(corpus_dir().join("tokenizer.json")).unwrap();
-    let ck_input = (0..files.len(), prop::collection::vec(mutation(), 1..5));
+    let ck_input = (0..files.len(), prop::collection::vec(mutation(), 1..5), any::<bool>());
     let tok_input = prop::collection::vec(tok_mutation(), 1..5);
 
     let t0 = Instant::now();
     let (mut tried, mut accepted, mut tok_tried, mut tok_accepted) = (0usize, 0usize, 0usize, 0usize);
+    let (mut stale, mut stale_accepted) = (0usize, 0usize);
     let mut failures = Vec::new();
-    while t0.elapsed() < Duration::from_secs(secs) {
+    while count.map_or(t0.elapsed() < Duration::from_secs(secs), |n| tried < n) {
         // three checkpoints to one tokenizer: the checkpoint reader is the larger surface
         if tried % 3 == 2 {
             let muts = tok_input.new_tree(&mut runner).unwrap().current();
@@ -374,10 +404,16 @@ fn fuzz_the_loaders_for_a_fixed_budget() {
             }
             tok_tried += 1;
         }
-        let (i, muts) = ck_input.new_tree(&mut runner).unwrap().current();
-        let bytes = mutate(&files[i], &muts);
-        match std::panic::catch_unwind(|| check_checkpoint(&bytes)) {
-            Ok(Ok(ok)) => accepted += ok as usize,
+        let (i, muts, sealed) = ck_input.new_tree(&mut runner).unwrap().current();
+        let bytes = mutate(&files[i], &muts, sealed);
+        // the seed whose digest the file still carries
+        let seed = (!sealed && !bytes_lack_digest(&files[i])).then_some(&files[i][..]);
+        stale += seed.is_some() as usize;
+        match std::panic::catch_unwind(|| check_checkpoint(&bytes, seed)) {
+            Ok(Ok(ok)) => {
+                accepted += ok as usize;
+                stale_accepted += (ok && seed.is_some()) as usize;
+            }
             Ok(Err(why)) => failures.push(save_failure(&format!("ckpt-{tried}.safetensors"), &bytes, &format!("{why} after {muts:?}"))),
             Err(_) => failures.push(save_failure(&format!("ckpt-{tried}.safetensors"), &bytes, &format!("panic after {muts:?}"))),
         }
@@ -385,7 +421,7 @@ fn fuzz_the_loaders_for_a_fixed_budget() {
     }
     let s = t0.elapsed().as_secs_f64();
     println!(
-        "fuzz (seed {seed}): {tried} checkpoints ({accepted} accepted) and {tok_tried} tokenizers ({tok_accepted} accepted) in {s:.1} s, {:.0} inputs/s, {} findings",
+        "fuzz (seed {seed}): {tried} checkpoints ({accepted} accepted; {stale} kept their seed's digest, {stale_accepted} of them accepted unchanged) and {tok_tried} tokenizers ({tok_accepted} accepted) in {s:.1} s, {:.0} inputs/s, {} findings",
         (tried + tok_tried) as f64 / s,
         failures.len()
     );
@@ -403,7 +439,7 @@ fn past_findings_stay_fixed() {
         let r = if path.extension().is_some_and(|e| e == "json") {
             check_tokenizer(&String::from_utf8_lossy(&bytes))
         } else {
-            check_checkpoint(&bytes)
+            check_checkpoint(&bytes, None)
         };
         r.unwrap_or_else(|why| panic!("{}: {why}", path.display()));
     }

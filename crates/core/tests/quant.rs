@@ -10,7 +10,7 @@ use candle_core::{DType, Device, Tensor};
 use models::{ids, random_model, rel_err, tiny_config, to_vec};
 use nrgpt_core::layout::{ParamSpec, WeightLayout};
 use nrgpt_core::model::Weights;
-use nrgpt_core::format::{dequantize, packed_lens, quantize, PackedCheckpoint, PackedTensor, Scheme, BLOCK};
+use nrgpt_core::format::{dequantize, packed_lens, quantize, Integrity, PackedCheckpoint, PackedTensor, Scheme, BLOCK};
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::{Arch, Checkpoint, Error, ForwardOpts, ModelConfig, Vocab};
 use safetensors::tensor::TensorView;
@@ -167,7 +167,7 @@ fn vocab_for(cfg: &ModelConfig) -> Vocab {
 }
 
 fn checkpoint(cfg: &ModelConfig, w: Weights) -> Checkpoint {
-    Checkpoint { config: cfg.clone(), vocab: vocab_for(cfg), weights: w, extra: Weights::new(), meta: Default::default() }
+    Checkpoint { config: cfg.clone(), vocab: vocab_for(cfg), weights: w, extra: Weights::new(), meta: Default::default(), integrity: Integrity::Verified }
 }
 
 #[test]
@@ -272,13 +272,15 @@ fn packed_view_matches_the_file_and_any_safetensors_reader() {
     assert!(slim.extra.is_empty());
 }
 
-/// A file's tensors and metadata, edited and written back.
+/// A file's tensors and metadata, edited and written back under a fresh
+/// digest (as a writer of such a file would), so the reader's own rules must refuse it.
 fn rewrite<'a>(bytes: &'a [u8], edit: impl FnOnce(&mut HashMap<String, String>, &mut Vec<(String, TensorView<'a>)>)) -> Vec<u8> {
     let st = SafeTensors::deserialize(bytes).unwrap();
     let (_, header) = SafeTensors::read_metadata(bytes).unwrap();
     let mut md = header.metadata().clone().unwrap();
     let mut tensors = st.tensors();
     edit(&mut md, &mut tensors);
+    nrgpt_core::format::digest::seal(&mut md, &tensors).unwrap();
     safetensors::serialize(tensors, Some(md)).unwrap()
 }
 

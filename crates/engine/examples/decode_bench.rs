@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use candle_core::{DType, Device};
 use nrgpt_engine::{Backend, Decoder, DecoderOpts};
+use nrgpt_core::format::Integrity;
 use nrgpt_core::model::init_weights;
 use nrgpt_core::ebt_session::EbtSession;
 use nrgpt_core::session::{EbtThinkOpts, Session, StepOpts};
@@ -25,7 +26,7 @@ fn checkpoint(block: usize) -> Vec<u8> {
     let cfg = ModelConfig::new(Arch::NrgptFf2w, 65, 128, 4, 4, block);
     let w = init_weights(&cfg, 1, DType::F32, &Device::Cpu).unwrap();
     let chars: Vec<char> = (0..65u8).map(|i| (b'0' + i) as char).collect();
-    let ck = Checkpoint { config: cfg, vocab: Vocab::from_chars(chars).unwrap(), weights: w, extra: BTreeMap::new(), meta: BTreeMap::new() };
+    let ck = Checkpoint { config: cfg, vocab: Vocab::from_chars(chars).unwrap(), weights: w, extra: BTreeMap::new(), meta: BTreeMap::new(), integrity: Integrity::Verified };
     ck.to_bytes().unwrap()
 }
 

@@ -18,7 +18,7 @@ use ebt_decoder::EbtDecoder;
 use decode_params::DecodeParams;
 use gpu_decoder::GpuDecoder;
 use gpu_ebt_decoder::GpuEbtDecoder;
-use nrgpt_core::format::PackedCheckpoint;
+use nrgpt_core::format::{Integrity, PackedCheckpoint};
 use nrgpt_core::session::{slide_window, window_after, EbtThinkOpts, StepOpts};
 use nrgpt_core::{Arch, Error, ModelConfig, Result, Vocab};
 
@@ -79,6 +79,8 @@ pub struct Decoder {
     /// The CPU twin of a GPU runner: a lost GPU (the browser reclaiming the
     /// device, a driver reset) then costs one recompute of the window, not the text.
     standby: Option<Box<Runner>>,
+    /// Whether the file matched its digest (the page shows the note of one that predates digests).
+    integrity: Integrity,
 }
 
 /// The device `opts` shares, else a new one.
@@ -137,7 +139,8 @@ impl Decoder {
             }
         };
         let ebt = EbtThinkOpts::default();
-        Ok(Self { runner, backend, vocab: file.vocab, cfg: file.config, window: Vec::new(), steps, tol: None, ebt, fed: 0, standby })
+        let integrity = file.integrity;
+        Ok(Self { runner, backend, vocab: file.vocab, cfg: file.config, window: Vec::new(), steps, tol: None, ebt, fed: 0, standby, integrity })
     }
 
     pub fn backend(&self) -> &Backend {
@@ -150,6 +153,10 @@ impl Decoder {
 
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    pub fn integrity(&self) -> Integrity {
+        self.integrity
     }
 
     pub fn reset(&mut self) {

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use candle_core::{DType, Device};
 use models::randn;
 use nrgpt_engine::{Backend, Decoder, DecoderOpts, GpuDevice, Trace};
+use nrgpt_core::format::Integrity;
 use nrgpt_core::model::init_weights;
 use nrgpt_core::rng::Rng64;
 use nrgpt_core::session::{Session, StepOpts};
@@ -61,7 +62,7 @@ fn random_checkpoint(cfg: &ModelConfig, seed: u64) -> Vec<u8> {
         *c = candle_core::Tensor::new(&[(0.3f32).ln()], &Device::Cpu).unwrap();
     }
     let chars: Vec<char> = "abcdefghij klmnopqr\n".chars().collect();
-    let ck = Checkpoint { config: cfg.clone(), vocab: Vocab::from_chars(chars).unwrap(), weights: w, extra: BTreeMap::new(), meta: BTreeMap::new() };
+    let ck = Checkpoint { config: cfg.clone(), vocab: Vocab::from_chars(chars).unwrap(), weights: w, extra: BTreeMap::new(), meta: BTreeMap::new(), integrity: Integrity::Verified };
     ck.to_bytes().unwrap()
 }
 

@@ -9,6 +9,7 @@ use candle_core::safetensors::Load;
 use candle_core::{DType, Device, Tensor};
 
 use super::codec::Scheme;
+use super::digest::{seal, Integrity};
 use super::header::{is_reserved, model_meta, open, FORMAT_F32};
 use super::packed::PackedCheckpoint;
 use crate::model::Weights;
@@ -23,6 +24,8 @@ pub struct Checkpoint {
     pub extra: Weights,
     /// Free-form metadata, e.g. `train_state` (JSON).
     pub meta: BTreeMap<String, String>,
+    /// Whether the file matched its digest, or predates digests (the trainer prints [`Integrity::note`]).
+    pub integrity: Integrity,
 }
 
 impl Checkpoint {
@@ -30,7 +33,7 @@ impl Checkpoint {
         Model::new(&self.config, &self.weights)
     }
 
-    /// Serialises every tensor as f32.
+    /// Serialises every tensor as f32, with the digest of every tensor and metadata entry.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let mut md = model_meta(FORMAT_F32, &self.config, &self.vocab)?;
         for (k, v) in &self.meta {
@@ -43,6 +46,7 @@ impl Checkpoint {
         for (name, t) in self.weights.iter().chain(self.extra.iter()) {
             tensors.push((name.clone(), t.to_dtype(DType::F32)?.contiguous()?));
         }
+        seal(&mut md, &tensors)?;
         let bytes = safetensors::serialize(tensors, Some(md))?;
         // never write what the reader would refuse (e.g. weights grown past the bounds)
         PackedCheckpoint::from_bytes(&bytes)?;
@@ -73,6 +77,6 @@ impl Checkpoint {
             }
         }
         let meta = md.into_iter().filter(|(k, _)| !is_reserved(k)).collect();
-        Ok(Self { config: p.config, vocab: p.vocab, weights, extra, meta })
+        Ok(Self { config: p.config, vocab: p.vocab, weights, extra, meta, integrity: p.integrity })
     }
 }

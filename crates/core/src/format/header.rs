@@ -11,7 +11,7 @@ pub const FORMAT_KEY: &str = "format";
 pub const FORMAT_F32: &str = "nrgpt-web/f32/v1";
 pub const FORMAT_QUANT: &str = "nrgpt-web/quant/v1";
 /// Metadata keys a format owns; free-form metadata may not use them.
-const RESERVED: [&str; 5] = [FORMAT_KEY, "config", "vocab", "quant", "block"];
+const RESERVED: [&str; 6] = [FORMAT_KEY, "config", "vocab", "quant", "block", super::digest::DIGEST_KEY];
 
 /// Header metadata as safetensors stores it.
 pub type Metadata = HashMap<String, String>;

@@ -5,10 +5,12 @@
 
 mod checkpoint;
 pub mod codec;
+pub mod digest;
 pub mod header;
 mod packed;
 
 pub use checkpoint::Checkpoint;
 pub use codec::{dequantize, packed_lens, quantize, Codes, Scheme, BLOCK};
+pub use digest::Integrity;
 pub use header::{FORMAT_F32, FORMAT_QUANT};
 pub use packed::{PackedCheckpoint, PackedTensor};

@@ -6,7 +6,8 @@
 //! `vocab` as in the f32 format; a packed weight `NAME` is stored as
 //! `NAME.q` (U32, [n_words]) and `NAME.scale` (F32, [n_blocks]), an f16 one as
 //! `NAME` (F16, its shape), a rank-1 one as `NAME` (F32). Names and shapes
-//! come from [`WeightLayout`]. There is no optimizer state.
+//! come from [`WeightLayout`]. There is no optimizer state. Every file also
+//! carries `digest`, the checksum of each tensor and entry ([`super::digest`]).
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
@@ -15,8 +16,9 @@ use candle_core::DType;
 use safetensors::{Dtype, SafeTensors, View};
 
 use super::codec::{dequantize, packed_lens, quantize, unpack, Codes, Scheme, BLOCK};
+use super::digest::{seal, verify, Integrity};
 use super::header::{meta_field, model_meta, open, read_model_meta, Metadata, FORMAT_F32, FORMAT_KEY, FORMAT_QUANT};
-use crate::bounds::{check_values, weight_rule, ValueRule, MAX_ABS_MOMENT, MAX_ABS_WEIGHT, MAX_SECOND_MOMENT};
+use crate::bounds::{check_values, memory, weight_rule, ValueRule, MAX_ABS_MOMENT, MAX_ABS_WEIGHT, MAX_SECOND_MOMENT};
 use crate::layout::{Body, ParamSpec, WeightLayout, EBT_REPLAY, MAX_ABS_REPLAY};
 use crate::model::{check_weights, Weights};
 use crate::{Arch, Error, ModelConfig, Result, Vocab};
@@ -49,6 +51,8 @@ pub struct PackedCheckpoint {
     pub scheme: Scheme,
     pub layout: WeightLayout,
     pub tensors: Vec<PackedTensor>,
+    /// Whether the file matched its digest, or predates digests (the page shows [`Integrity::note`]).
+    pub integrity: Integrity,
 }
 
 impl PackedCheckpoint {
@@ -75,7 +79,7 @@ impl PackedCheckpoint {
             };
             tensors.push(packed);
         }
-        Ok(Self { config: config.clone(), vocab: vocab.clone(), scheme, layout, tensors })
+        Ok(Self { config: config.clone(), vocab: vocab.clone(), scheme, layout, tensors, integrity: Integrity::Verified })
     }
 
     /// Parses a quantized file, or an f32 one (as scheme `F32`, optimizer state ignored).
@@ -84,9 +88,11 @@ impl PackedCheckpoint {
         Self::from_parsed(&st, &md)
     }
 
-    /// The model weights of an opened file; every tensor checked for dtype,
-    /// shape and values ([`crate::bounds`]), and nothing else in the file.
+    /// The model weights of an opened file; the file checked against its
+    /// digest first (so damage is reported as such), then every tensor for
+    /// dtype, shape and values ([`crate::bounds`]), and nothing else in the file.
     pub(crate) fn from_parsed(st: &SafeTensors, md: &Metadata) -> Result<Self> {
+        let integrity = verify(st, md)?;
         let format = meta_field(md, FORMAT_KEY)?;
         let scheme = match format {
             FORMAT_F32 => Scheme::F32,
@@ -100,6 +106,8 @@ impl PackedCheckpoint {
             _ => return Err(Error::Checkpoint(format!("format `{format}` is neither `{FORMAT_F32}` nor `{FORMAT_QUANT}`"))),
         };
         let (config, vocab) = read_model_meta(md)?;
+        // before any tensor is copied out: a small file may ask for terabytes to decode
+        memory::decode(&config).check(memory::HERE)?;
         let layout = WeightLayout::new(&config);
         let mut tensors = Vec::with_capacity(layout.specs.len());
         let mut expected = HashSet::new();
@@ -124,7 +132,7 @@ impl PackedCheckpoint {
         } else {
             check_optimizer_state(st, config.arch, &layout, &expected)?;
         }
-        Ok(Self { config, vocab, scheme, layout, tensors })
+        Ok(Self { config, vocab, scheme, layout, tensors, integrity })
     }
 
     /// Parameter `i` as f32 values.
@@ -171,6 +179,7 @@ impl PackedCheckpoint {
                 }
             }
         }
+        seal(&mut md, &out)?;
         Ok(safetensors::serialize(out, Some(md))?)
     }
 }

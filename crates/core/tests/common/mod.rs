@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use candle_core::{DType, Device, Tensor};
-use nrgpt_core::format::Scheme;
+use nrgpt_core::format::{digest, Integrity, Scheme};
 use nrgpt_core::model::{init_weights, Weights};
 use nrgpt_core::{Arch, Checkpoint, ModelConfig, Vocab};
 use safetensors::{Dtype, SafeTensors, View};
@@ -34,7 +34,7 @@ pub fn f32_checkpoint(arch: Arch) -> Checkpoint {
     }
     let mut meta = BTreeMap::new();
     meta.insert("train_state".to_string(), "{}".to_string());
-    Checkpoint { config: cfg, vocab: vocab(), weights, extra, meta }
+    Checkpoint { config: cfg, vocab: vocab(), weights, extra, meta, integrity: Integrity::Verified }
 }
 
 pub fn f32_bytes(arch: Arch) -> Vec<u8> {
@@ -88,7 +88,19 @@ impl Parts {
         Self { meta, tensors }
     }
 
+    /// The file with a fresh digest: what a writer that wrote these very
+    /// tensors would produce (a digest is no signature), so the reader's own
+    /// rules, not the digest, must refuse it.
     pub fn to_bytes(&self) -> Vec<u8> {
+        let tensors: Vec<(String, &Raw)> = self.tensors.iter().map(|(n, r)| (n.clone(), r)).collect();
+        let mut meta = self.meta.clone();
+        digest::seal(&mut meta, &tensors).unwrap();
+        safetensors::serialize(tensors, Some(meta)).unwrap()
+    }
+
+    /// The file with its metadata as it is, the digest included: damage
+    /// done after the writer sealed it.
+    pub fn to_bytes_unsealed(&self) -> Vec<u8> {
         safetensors::serialize(self.tensors.iter().map(|(n, r)| (n.clone(), r)), Some(self.meta.clone())).unwrap()
     }
 

@@ -231,7 +231,8 @@ fn the_reader_refuses_exactly_the_files_past_the_budget() {
         }
         tried += 1;
         // the header alone: the reader must decide before it reads a tensor
-        let vocab = Vocab::from_chars((0..cfg.vocab_size as u32).map(|i| char::from_u32(if i < 0xD000 { 0x100 + i } else { 0x10000 + i }).unwrap()).collect()).unwrap();
+        let vocab =
+            Vocab::from_chars((0..cfg.vocab_size as u32).map(|i| char::from_u32(if i < 0xD000 { 0x100 + i } else { 0x10000 + i }).unwrap()).collect()).unwrap();
         let md = model_meta(FORMAT_F32, &cfg, &vocab).unwrap();
         let bytes = safetensors::serialize(Vec::<(String, safetensors::tensor::TensorView)>::new(), Some(md)).unwrap();
         let err = PackedCheckpoint::from_bytes(&bytes).unwrap_err().to_string();

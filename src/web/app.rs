@@ -160,8 +160,7 @@ impl Ui {
     /// for an EBT only when its energy tracks a character's loss (the
     /// manifest's measured r), since its level is otherwise free.
     fn energy_colour_offered(self) -> bool {
-        !self.is_ebt()
-            || self.models.with(|m| m.get(self.model_idx.get()).and_then(|m| m.energy_loss_r).is_some_and(|r| r >= manifest::MEANINGFUL_ENERGY_R))
+        !self.is_ebt() || self.models.with(|m| m.get(self.model_idx.get()).and_then(|m| m.energy_loss_r).is_some_and(|r| r >= manifest::MEANINGFUL_ENERGY_R))
     }
 
     /// Whether the model picked is an EBT: the loaded checkpoint's word, or
@@ -621,9 +620,7 @@ pub fn App() -> impl IntoView {
         _ => ui.step.get(),
     });
     // Where the last 40 characters settled: the basins the states fall into.
-    let landscape = Signal::derive(move || {
-        ui.tokens.with(|v| v.iter().rev().take(40).filter_map(|t| t.proj.last().copied()).collect::<Vec<_>>())
-    });
+    let landscape = Signal::derive(move || ui.tokens.with(|v| v.iter().rev().take(40).filter_map(|t| t.proj.last().copied()).collect::<Vec<_>>()));
     let vocab = Signal::derive(move || ui.info.with(|i| i.as_ref().map(|i| i.vocab.chars().collect::<Vec<char>>()).unwrap_or_default()));
     // Only a change of family rebuilds the controls and the inspector's figures.
     let ebt = Memo::new(move |_| ui.is_ebt());
@@ -688,7 +685,8 @@ pub fn App() -> impl IntoView {
             let g: Vec<String> = t.step_logits.iter().skip(1).map(|z| show_char(chars.get(top1(z)).copied().unwrap_or('?'))).collect();
             format!(" · guesses {}", g.join(" → "))
         });
-        let title = format!("{} · E = {e:.2} · p = {:.2} · {} steps{}{}", show_char(t.ch), t.prob, t.steps_used, kept.unwrap_or_default(), guesses.unwrap_or_default());
+        let title =
+            format!("{} · E = {e:.2} · p = {:.2} · {} steps{}{}", show_char(t.ch), t.prob, t.steps_used, kept.unwrap_or_default(), guesses.unwrap_or_default());
         view! {
             // one tab stop for the whole text (the selected character, else the first); arrows move it
             <span class="ch" role="button" data-i=i title=title style:--e=format!("{e:.4}") style:--s=format!("{s:.3}")

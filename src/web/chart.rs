@@ -33,7 +33,11 @@ pub fn top_k(probs: &[f32], k: usize) -> Vec<(usize, f32)> {
 }
 
 pub fn fmt_value(x: f32) -> String {
-    if x.abs() >= 100.0 { format!("{x:.0}") } else { format!("{x:.2}") }
+    if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.2}")
+    }
 }
 
 pub const EW: f32 = 320.0;
@@ -92,9 +96,7 @@ pub fn EnergyChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -> im
         let n = e.len();
         let x = |t: usize| pl + if n > 1 { t as f32 / (n - 1) as f32 } else { 0.5 } * (EW - pl - pr);
         let y = |v: f32| pt + (hi - v) / span * (EH - pt - pb);
-        let path = |from: usize, to: usize| {
-            (from..=to).map(|t| format!("{}{:.1},{:.1}", if t == from { "M" } else { "L" }, x(t), y(e[t]))).collect::<String>()
-        };
+        let path = |from: usize, to: usize| (from..=to).map(|t| format!("{}{:.1},{:.1}", if t == from { "M" } else { "L" }, x(t), y(e[t]))).collect::<String>();
         let done = path(0, shown);
         let rest = if shown + 1 < n { path(shown, n - 1) } else { String::new() };
         let points = (0..n)
@@ -109,9 +111,7 @@ pub fn EnergyChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>) -> im
                 }
             })
             .collect_view();
-        let ticks = (0..n)
-            .map(|t| view! { <text class="tick" x=format!("{:.1}", x(t)) y=EH - 10.0 text-anchor="middle">{t}</text> })
-            .collect_view();
+        let ticks = (0..n).map(|t| view! { <text class="tick" x=format!("{:.1}", x(t)) y=EH - 10.0 text-anchor="middle">{t}</text> }).collect_view();
         let label = format!("energy of {:?} relative to its start, step {shown} of {}", tok.ch, n - 1);
         let rises: Vec<usize> = (1..n).filter(|&t| rose(&e, t)).collect();
         let rise_note = (!rises.is_empty()).then(|| {
@@ -163,10 +163,8 @@ pub fn TrajectoryChart(token: Signal<Option<Arc<Token>>>, step: Signal<usize>, l
         let (cx, cy, m) = ((x0 + x1) / 2.0, (y0 + y1) / 2.0, 22.0);
         let sx = |v: f32| TW / 2.0 + (v - cx) / side * (TW - 2.0 * m);
         let sy = |v: f32| TW / 2.0 - (v - cy) / side * (TW - 2.0 * m);
-        let dots = land
-            .iter()
-            .map(|q| view! { <circle class="basin-dot" cx=format!("{:.1}", sx(q[0])) cy=format!("{:.1}", sy(q[1])) r="2.5" /> })
-            .collect_view();
+        let dots =
+            land.iter().map(|q| view! { <circle class="basin-dot" cx=format!("{:.1}", sx(q[0])) cy=format!("{:.1}", sy(q[1])) r="2.5" /> }).collect_view();
         let line = |to: usize| (0..=to).map(|t| format!("{:.1},{:.1} ", sx(p[t][0]), sy(p[t][1]))).collect::<String>();
         let points = (0..p.len())
             .map(|t| {

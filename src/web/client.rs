@@ -53,7 +53,7 @@ impl Client {
         });
         worker.set_onmessage(Some(on_msg.as_ref().unchecked_ref()));
         on_msg.forget(); // the worker lives as long as the page
-        // A worker that fails to start (bootstrap or wasm missing) only says so here.
+                         // A worker that fails to start (bootstrap or wasm missing) only says so here.
         let on_err = Closure::<dyn Fn(web_sys::ErrorEvent)>::new(move |e: web_sys::ErrorEvent| {
             web_sys::console::error_2(&"inference worker error".into(), &e);
             let what = if e.message().is_empty() { "it failed to start (is www/pkg built?)".to_string() } else { e.message() };

@@ -15,9 +15,7 @@ const CACHE_NAME: &str = "nrgpt-models-v2";
 const CACHE_PREFIX: &str = "nrgpt-models-";
 
 fn js_err(e: JsValue) -> String {
-    e.as_string()
-        .or_else(|| Reflect::get(&e, &"message".into()).ok().and_then(|m| m.as_string()))
-        .unwrap_or_else(|| format!("{e:?}"))
+    e.as_string().or_else(|| Reflect::get(&e, &"message".into()).ok().and_then(|m| m.as_string())).unwrap_or_else(|| format!("{e:?}"))
 }
 
 fn scope() -> WorkerGlobalScope {

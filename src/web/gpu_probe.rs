@@ -14,7 +14,10 @@ pub enum GpuProbe {
     NoAdapter(String),
     /// An adapter, described as "vendor architecture"; `software` when the
     /// browser says it is a fallback adapter or names a CPU rasteriser.
-    Adapter { name: String, software: bool },
+    Adapter {
+        name: String,
+        software: bool,
+    },
 }
 
 impl GpuProbe {

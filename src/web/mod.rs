@@ -23,10 +23,8 @@ use wasm_bindgen::JsCast;
 pub fn start_page(worker_url: String) {
     worker::console_panic_hook();
     client::set_worker_url(worker_url);
-    let root = web_sys::window()
-        .and_then(|w| w.document())
-        .and_then(|d| d.get_element_by_id("app-root"))
-        .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok());
+    let root =
+        web_sys::window().and_then(|w| w.document()).and_then(|d| d.get_element_by_id("app-root")).and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok());
     match root {
         Some(el) => {
             el.set_inner_html("");

@@ -145,20 +145,41 @@ pub enum FromWorker {
     /// The worker's wasm is initialised and it listens (sent as session 0).
     Ready,
     /// Download progress; `total` is 0 when the server sent no length.
-    Progress { loaded: f64, total: f64 },
+    Progress {
+        loaded: f64,
+        total: f64,
+    },
     /// What the loading does now (parse, engine start-up), after the download.
-    Loading { phase: String },
+    Loading {
+        phase: String,
+    },
     Loaded(ModelInfo),
     /// Prompt characters the model has read of those its window holds
     /// (`skipped` earlier ones fall outside the window and are not read).
-    Reading { run: u32, read: usize, total: usize, skipped: usize },
+    Reading {
+        run: u32,
+        read: usize,
+        total: usize,
+        skipped: usize,
+    },
     /// The engine changed mid-run (the GPU failed and the CPU engine took over).
-    Backend { backend: String, note: Option<String> },
+    Backend {
+        backend: String,
+        note: Option<String>,
+    },
     Token(Token),
     /// The run ended: `stopped` when the user stopped it.
-    Done { run: u32, chars: usize, ms: f64, stopped: bool },
+    Done {
+        run: u32,
+        chars: usize,
+        ms: f64,
+        stopped: bool,
+    },
     /// A run (`run` > 0) or the loading (`run` = 0) failed.
-    Error { run: u32, message: String },
+    Error {
+        run: u32,
+        message: String,
+    },
 }
 
 pub fn to_js<T: Serialize>(v: &T) -> JsValue {

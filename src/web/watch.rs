@@ -143,7 +143,8 @@ impl Watch {
     /// Settles everything received at once (Stop, or a change of pace).
     pub fn finish(self) {
         stop_timer();
-        let rest: Vec<_> = self.settling.get_untracked().map(|(t, _)| t).into_iter().chain(QUEUE.with(|q| q.borrow_mut().drain(..).collect::<Vec<_>>())).collect();
+        let rest: Vec<_> =
+            self.settling.get_untracked().map(|(t, _)| t).into_iter().chain(QUEUE.with(|q| q.borrow_mut().drain(..).collect::<Vec<_>>())).collect();
         self.settling.set(None);
         if !rest.is_empty() {
             self.tokens.update(|v| v.extend(rest));
@@ -182,12 +183,17 @@ pub fn settling_char(watch: Watch, vocab: Signal<Vec<char>>) -> impl IntoView {
         let left = match (e.first(), e.get(s.min(e.len().saturating_sub(1)))) {
             (Some(&e0), Some(&es)) => {
                 let lo = e.iter().copied().fold(f32::INFINITY, f32::min);
-                if e0 - lo > 1e-6 { ((es - lo) / (e0 - lo)).clamp(0.0, 1.0) } else { 0.0 }
+                if e0 - lo > 1e-6 {
+                    ((es - lo) / (e0 - lo)).clamp(0.0, 1.0)
+                } else {
+                    0.0
+                }
             }
             _ => 0.0,
         };
         let last = s + 1 == tok.step_logits.len();
-        let label = format!("character {} settling: step {s} of {}, most likely {} ({:.0}%)", tok.index, tok.step_logits.len() - 1, show_char(glyph), p * 100.0);
+        let label =
+            format!("character {} settling: step {s} of {}, most likely {} ({:.0}%)", tok.index, tok.step_logits.len() - 1, show_char(glyph), p * 100.0);
         Some(view! {
             <span class="settling" class:firm=last data-i=tok.index data-step=s data-glyph=glyph.to_string() title=label
                 style:--p=format!("{p:.3}") style:--left=format!("{left:.3}")>

@@ -233,7 +233,11 @@ async fn load(host: Rc<Host>, s: Rc<SessionState>, url: String, choice: EngineCh
         Ok(x) => x,
         Err(message) => return s.post(FromWorker::Error { run: 0, message }),
     };
-    let phase = if choice.cpu_because.is_some() { "Reading the checkpoint and starting the CPU engine…" } else { "Reading the checkpoint and starting the WebGPU engine…" };
+    let phase = if choice.cpu_because.is_some() {
+        "Reading the checkpoint and starting the CPU engine…"
+    } else {
+        "Reading the checkpoint and starting the WebGPU engine…"
+    };
     s.post(FromWorker::Loading { phase: phase.into() });
     yield_now().await; // let the message leave before the parse holds the thread
     let gpu = if choice.cpu_because.is_none() { host.device().await } else { None };
@@ -293,12 +297,7 @@ async fn run_generation(host: &Host, s: &SessionState, engine: &mut PageBackend,
     // The EBT's candidate noise is seeded by the sampling seed, as `trainer sample` does.
     let ebt = EbtThinkOpts { samples: req.candidates.max(1), verify: Verify::MinEnergy, accept_lower: false, seed: req.seed, langevin: req.langevin };
     let opts = StepOpts { steps: req.steps, early_exit: req.early_exit, ebt };
-    let sopts = SampleOpts {
-        temperature: req.temperature,
-        top_k: (req.top_k > 0).then_some(req.top_k),
-        top_p: None,
-        seed: req.seed,
-    };
+    let sopts = SampleOpts { temperature: req.temperature, top_k: (req.top_k > 0).then_some(req.top_k), top_p: None, seed: req.seed };
     engine.reset();
     let mut backend = engine.backend();
     // Only what the window will hold is read: the first piece carries the

@@ -46,7 +46,11 @@ pub fn load_split(path: &Path, vocab: &Vocab, train: bool, max_chars: Option<usi
         let sure = n.saturating_mul(10) / 9 + 2;
         let (_, more) = r.read(sure - got, false)?;
         let total = got + more;
-        if total < sure { head.chars().take(total * 9 / 10).collect() } else { head }
+        if total < sure {
+            head.chars().take(total * 9 / 10).collect()
+        } else {
+            head
+        }
     } else {
         let (_, total) = open()?.read(usize::MAX, false)?;
         let mut r = open()?;

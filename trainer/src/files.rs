@@ -74,12 +74,8 @@ pub struct RunLock {
 impl RunLock {
     pub fn acquire(dir: &Path) -> Result<Self> {
         let path = dir.join("lock");
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .with_context(|| format!("opening the run lock {}", path.display()))?;
+        let file =
+            OpenOptions::new().write(true).create(true).truncate(false).open(&path).with_context(|| format!("opening the run lock {}", path.display()))?;
         match file.try_lock() {
             Ok(()) => Ok(Self { _file: file }),
             Err(TryLockError::WouldBlock) => {

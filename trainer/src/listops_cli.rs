@@ -109,7 +109,10 @@ pub fn sweep(a: &SweepArgs, command: &str, json: bool) -> Result<()> {
     let table = markdown(&points, &trans, chance);
     let caption = vec![
         command.to_string(),
-        format!("{} iterations of {} x {} characters, lr {}, T = {}; {} held-out expressions scored", spec.iters, spec.batch, spec.block, spec.lr, spec.steps, spec.scored),
+        format!(
+            "{} iterations of {} x {} characters, lr {}, T = {}; {} held-out expressions scored",
+            spec.iters, spec.batch, spec.block, spec.lr, spec.steps, spec.scored
+        ),
     ];
     write_atomic(&a.out.join("table.md"), format!("{table}\n{}\n", caption.join("\n")).as_bytes())?;
     write_atomic(&a.out.join("accuracy.svg"), accuracy_svg(&points, &trans, &caption).as_bytes())?;

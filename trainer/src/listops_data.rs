@@ -81,7 +81,13 @@ pub fn generate(spec: &DataSpec) -> Result<ListOpsData> {
     }
     // the reference's train_test_split of the token stream
     let n = train.len() * 9 / 10;
-    let corpus = Corpus { val: train[n..].to_vec(), train: { train.truncate(n); train } };
+    let corpus = Corpus {
+        val: train[n..].to_vec(),
+        train: {
+            train.truncate(n);
+            train
+        },
+    };
     let mut held_out: Vec<[u8; 3]> = held.into_iter().collect();
     held_out.sort_unstable();
     Ok(ListOpsData { vocab, corpus, test, held_out })

@@ -25,7 +25,10 @@ pub fn accuracy_svg(points: &[Point], trans: &[Transition], caption: &[String]) 
     let total_w = caption.iter().map(|c| 16.0 + 6.2 * c.chars().count() as f64).fold(W, f64::max).ceil();
     let mut s = String::new();
     let _ = writeln!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{total_h}" font-family="sans-serif" font-size="11">"#);
-    let _ = writeln!(s, r##"<rect width="100%" height="100%" fill="white"/><text x="{l}" y="18" font-size="13" font-weight="bold">ListOps: held-out accuracy vs parameters</text>"##);
+    let _ = writeln!(
+        s,
+        r##"<rect width="100%" height="100%" fill="white"/><text x="{l}" y="18" font-size="13" font-weight="bold">ListOps: held-out accuracy vs parameters</text>"##
+    );
     let _ = writeln!(s, r##"<rect x="{l}" y="{t}" width="{}" height="{}" fill="none" stroke="#999"/>"##, W - l - r, H - t - b);
     for k in 0..=5 {
         let a = k as f64 / 5.0;
@@ -33,9 +36,19 @@ pub fn accuracy_svg(points: &[Point], trans: &[Transition], caption: &[String]) 
     }
     for e in lo as i32..=hi as i32 {
         let x = px(10f64.powi(e));
-        let _ = writeln!(s, r##"<line x1="{x}" y1="{t}" x2="{x}" y2="{}" stroke="#eee"/><text x="{x}" y="{}" text-anchor="middle" fill="#555">1e{e}</text>"##, H - b, H - b + 14.0);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{x}" y1="{t}" x2="{x}" y2="{}" stroke="#eee"/><text x="{x}" y="{}" text-anchor="middle" fill="#555">1e{e}</text>"##,
+            H - b,
+            H - b + 14.0
+        );
     }
-    let _ = writeln!(s, r##"<text x="{}" y="{}" text-anchor="middle" fill="#555">parameters (log scale); accuracy of the answer digit</text>"##, l + (W - l - r) / 2.0, H - 10.0);
+    let _ = writeln!(
+        s,
+        r##"<text x="{}" y="{}" text-anchor="middle" fill="#555">parameters (log scale); accuracy of the answer digit</text>"##,
+        l + (W - l - r) / 2.0,
+        H - 10.0
+    );
     let _ = writeln!(s, r##"<line x1="{l}" y1="{y}" x2="{}" y2="{y}" stroke="#888" stroke-dasharray="4 3"/>"##, W - r, y = py(LEARNED));
     for (i, tr) in trans.iter().enumerate() {
         let c = COLOURS[i % COLOURS.len()];
@@ -52,10 +65,25 @@ pub fn accuracy_svg(points: &[Point], trans: &[Transition], caption: &[String]) 
             let _ = writeln!(s, r#"<path d="M{x:.1},{:.1} l5,6 l-5,6 l-5,-6 z" fill="white" stroke="{c}" stroke-width="1.6"/>"#, y - 6.0);
         }
         let ly = t + 14.0 + 16.0 * i as f64;
-        let _ = writeln!(s, r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{c}" stroke-width="2"/><text x="{}" y="{ly}">{}</text>"#, W - r + 10.0, ly - 4.0, W - r + 28.0, ly - 4.0, W - r + 32.0, tr.model);
+        let _ = writeln!(
+            s,
+            r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{c}" stroke-width="2"/><text x="{}" y="{ly}">{}</text>"#,
+            W - r + 10.0,
+            ly - 4.0,
+            W - r + 28.0,
+            ly - 4.0,
+            W - r + 32.0,
+            tr.model
+        );
     }
     let ly = t + 14.0 + 16.0 * trans.len() as f64;
-    let _ = writeln!(s, r##"<path d="M{x:.1},{:.1} l5,6 l-5,6 l-5,-6 z" fill="white" stroke="#555"/><text x="{}" y="{ly}">paper's transition</text>"##, ly - 10.0, W - r + 32.0, x = W - r + 19.0);
+    let _ = writeln!(
+        s,
+        r##"<path d="M{x:.1},{:.1} l5,6 l-5,6 l-5,-6 z" fill="white" stroke="#555"/><text x="{}" y="{ly}">paper's transition</text>"##,
+        ly - 10.0,
+        W - r + 32.0,
+        x = W - r + 19.0
+    );
     for (i, line) in caption.iter().enumerate() {
         let esc = line.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
         let _ = writeln!(s, r##"<text x="8" y="{}" fill="#444">{esc}</text>"##, H + 12.0 + 16.0 * i as f64);

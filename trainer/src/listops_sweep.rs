@@ -170,7 +170,15 @@ impl SweepSpec {
         let tests = &data.test[..self.scored.min(data.test.len())];
         let acc = accuracy(&ck.model()?, &ck.vocab, tests)?;
         let seconds = seconds_before + t0.elapsed().as_secs_f64();
-        let point = Point { model: arch.name().to_string(), d_model: d, params: num_params(&cfg), val_loss: outcome.val_loss, accuracy: acc, seconds, ckpt: paths.ckpt() };
+        let point = Point {
+            model: arch.name().to_string(),
+            d_model: d,
+            params: num_params(&cfg),
+            val_loss: outcome.val_loss,
+            accuracy: acc,
+            seconds,
+            ckpt: paths.ckpt(),
+        };
         let done = Finished { config: cfg, settings, point: point.clone() };
         write_atomic(&dir.join(FINISHED), serde_json::to_string_pretty(&done)?.as_bytes())?;
         Ok(point)

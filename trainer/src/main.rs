@@ -349,10 +349,6 @@ struct SampleArgs {
     trace: Option<PathBuf>,
 }
 
-
-
-
-
 /// The model options of `a`, with `--preset reference` filling every one
 /// its own flag did not set. Returns the config and the clap ids the preset
 /// set (a resumed run checks them as if given).
@@ -480,8 +476,6 @@ fn given(m: &clap::ArgMatches) -> Vec<String> {
     m.ids().map(|id| id.to_string()).filter(|id| m.value_source(id) == Some(ValueSource::CommandLine)).collect()
 }
 
-
-
 fn load_vocab(path: &Path) -> Result<Vocab> {
     let json = trainer::read::text(path, trainer::read::TEXT_LIMIT, "the vocabulary")?;
     Vocab::from_tokenizer_json(&json).with_context(|| format!("parsing {}", path.display()))
@@ -568,13 +562,7 @@ fn train(mut a: TrainArgs, mut given: Vec<String>, json: bool) -> Result<()> {
             log: paths.log(),
         });
     }
-    println!(
-        "done: train {:.4} val {:.4} | {:.0} tokens/s | checkpoint {}",
-        out.train_loss,
-        out.val_loss,
-        out.tokens_per_s,
-        paths.ckpt().display()
-    );
+    println!("done: train {:.4} val {:.4} | {:.0} tokens/s | checkpoint {}", out.train_loss, out.val_loss, out.tokens_per_s, paths.ckpt().display());
     Ok(())
 }
 
@@ -672,7 +660,11 @@ fn think(a: ThinkArgs, json: bool) -> Result<()> {
         // checked before the val split's table: an unusable text must not cost that wait
         let window = ck.config.block_size + 1;
         if ids.len() < window {
-            bail!("{} has {} characters (of the --max-chars read): --ood needs at least one window of {window} (the model's block size + 1)", path.display(), ids.len());
+            bail!(
+                "{} has {} characters (of the --max-chars read): --ood needs at least one window of {window} (the model's block size + 1)",
+                path.display(),
+                ids.len()
+            );
         }
         texts.push((path.display().to_string(), ids));
     }
@@ -780,13 +772,7 @@ fn main() -> Result<()> {
                 let ratio_to_f32 = e.ratio_to_f32();
                 return print_json(&ExportReport { params: e.params, bytes: e.bytes, ratio_to_f32, scheme: quant.to_string(), ckpt, out });
             }
-            println!(
-                "wrote {} ({quant}): {} bytes, {:.1}% of the f32 weights | {} params",
-                out.display(),
-                e.bytes,
-                100.0 * e.ratio_to_f32(),
-                e.params
-            );
+            println!("wrote {} ({quant}): {} bytes, {:.1}% of the f32 weights | {} params", out.display(), e.bytes, 100.0 * e.ratio_to_f32(), e.params);
             Ok(())
         }
         Cmd::ListopsSweep(a) => {

@@ -14,7 +14,10 @@ pub enum Net {
     Lm(Model),
     /// The oracle trains (the candle backend); evaluation thinks on the fast
     /// backend's passes from the same weights (`fast::ebt::think::predict`, held to `Ebt::predict`).
-    Ebt { oracle: Ebt, weights: Weights },
+    Ebt {
+        oracle: Ebt,
+        weights: Weights,
+    },
 }
 
 /// How an EBT predicts when evaluated: thinking steps (default: as trained)
@@ -58,7 +61,14 @@ impl Net {
     }
 
     /// The training loss of one batch, and an EBT's final candidates; an EBT thinks as `plan` says.
-    pub fn train_loss(&self, x: &Tensor, y: &Tensor, dropout: &mut Dropout, attn_dropout: &mut Dropout, plan: Option<&ThinkPlan>) -> Result<(Tensor, Option<Tensor>)> {
+    pub fn train_loss(
+        &self,
+        x: &Tensor,
+        y: &Tensor,
+        dropout: &mut Dropout,
+        attn_dropout: &mut Dropout,
+        plan: Option<&ThinkPlan>,
+    ) -> Result<(Tensor, Option<Tensor>)> {
         match self {
             Net::Lm(m) => {
                 let logits = m.forward(x, ForwardOpts { dropout: Some(dropout), attn_dropout: Some(attn_dropout), ..Default::default() })?.logits;

@@ -112,11 +112,7 @@ impl Traced {
 /// Generates `len` characters after `prompt` and records how each settled.
 pub fn trace(ck: &Checkpoint, prompt: &str, len: usize, sample: &SampleOpts, step: &StepOpts) -> nrgpt_core::Result<PosterTrace> {
     sample.validate()?;
-    let mut s = if ck.config.arch == Arch::Ebt {
-        Traced::Ebt(Box::new(EbtSession::new(ck)?))
-    } else {
-        Traced::Plain(Box::new(Session::new(ck)?))
-    };
+    let mut s = if ck.config.arch == Arch::Ebt { Traced::Ebt(Box::new(EbtSession::new(ck)?)) } else { Traced::Plain(Box::new(Session::new(ck)?)) };
     let ids = s.vocab().encode(prompt)?;
     let mut tr = s.prompt(&ids, step)?;
     let mut rng = Rng64::new(sample.seed);

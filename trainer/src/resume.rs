@@ -23,13 +23,13 @@ fn stored_key(id: &str) -> Option<(bool, &str)> {
         "model" => (true, "arch"),
         "heads" => (true, "n_head"),
         "block" => (true, "block_size"),
-        "d_model" | "head_dim" | "steps" | "layers" | "ebt_noise" | "ebt_update" | "ebt_input" | "ebt_clamp" | "ff_mult" | "norm" | "eta" | "activation" | "eta_init" | "attn_beta" | "block_norm" | "gpt_block" => (true, id),
+        "d_model" | "head_dim" | "steps" | "layers" | "ebt_noise" | "ebt_update" | "ebt_input" | "ebt_clamp" | "ff_mult" | "norm" | "eta" | "activation"
+        | "eta_init" | "attn_beta" | "block_norm" | "gpt_block" => (true, id),
         "attn_mask" => (true, "attn_diag"),
-        "batch" | "lr" | "min_lr" | "warmup" | "weight_decay" | "dropout" | "attn_dropout" | "grad_clip" | "eval_every" | "eval_iters" | "seed" => {
-            (false, id)
-        }
+        "batch" | "lr" | "min_lr" | "warmup" | "weight_decay" | "dropout" | "attn_dropout" | "grad_clip" | "eval_every" | "eval_iters" | "seed" => (false, id),
         // EBT's regularisers, stored under settings.ebt
-        "ebt_langevin" | "ebt_step_jitter" | "ebt_extra_steps" | "ebt_replay" | "ebt_step_lr_mult" | "ebt_truncate" | "ebt_step_size" | "ebt_contrastive" | "ebt_calibrate" | "ebt_soften" => (false, id),
+        "ebt_langevin" | "ebt_step_jitter" | "ebt_extra_steps" | "ebt_replay" | "ebt_step_lr_mult" | "ebt_truncate" | "ebt_step_size" | "ebt_contrastive"
+        | "ebt_calibrate" | "ebt_soften" => (false, id),
         _ => return None,
     })
 }

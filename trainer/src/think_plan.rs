@@ -42,7 +42,18 @@ pub struct EbtRegularisers {
 
 impl Default for EbtRegularisers {
     fn default() -> Self {
-        Self { langevin: 0.0, step_jitter: false, extra_steps: 0, replay: 0.0, step_lr_mult: 1.0, truncate: false, step_size: None, contrastive: 0.0, calibrate: 0.0, soften: 0.0 }
+        Self {
+            langevin: 0.0,
+            step_jitter: false,
+            extra_steps: 0,
+            replay: 0.0,
+            step_lr_mult: 1.0,
+            truncate: false,
+            step_size: None,
+            contrastive: 0.0,
+            calibrate: 0.0,
+            soften: 0.0,
+        }
     }
 }
 
@@ -56,7 +67,10 @@ impl EbtRegularisers {
             ensure!(c.is_finite() && (0.0..=1e3).contains(&c), "{flag} is a coefficient in [0, 1000], not {c}");
         }
         ensure!((0.0..=1.0).contains(&self.soften), "--ebt-soften is a label smoothing in [0, 1], not {}", self.soften);
-        ensure!(self.soften == 0.0 || !self.truncate, "--ebt-soften smooths the steps before the last, which --ebt-truncate leaves out of the loss: it would do nothing");
+        ensure!(
+            self.soften == 0.0 || !self.truncate,
+            "--ebt-soften smooths the steps before the last, which --ebt-truncate leaves out of the loss: it would do nothing"
+        );
         if let Some(a) = self.step_size {
             ensure!(a.is_finite() && (MIN_STEP..=1e6).contains(&a), "--ebt-step-size is in [{MIN_STEP}, 1e6], not {a}");
         }
@@ -140,7 +154,11 @@ pub fn draw(reg: &EbtRegularisers, cfg: &ModelConfig, b: usize, rng: &mut Rng64,
     } else {
         Vec::new()
     };
-    Ok(ThinkPlan { z0: Tensor::from_vec(z0, (b, n, v), &Device::Cpu)?, steps, step_scale, langevin,
+    Ok(ThinkPlan {
+        z0: Tensor::from_vec(z0, (b, n, v), &Device::Cpu)?,
+        steps,
+        step_scale,
+        langevin,
         final_only: reg.truncate,
         soften: reg.soften,
         energy_loss: EnergyLoss { contrastive: reg.contrastive, calibrate: reg.calibrate },

@@ -129,11 +129,7 @@ fn clear_for_fresh_run(paths: &RunPaths, overwrite: bool) -> Result<()> {
     }
     if !overwrite {
         let names: Vec<String> = existing.iter().map(|p| p.display().to_string()).collect();
-        bail!(
-            "{} holds a run ({}): --resume continues it, --overwrite replaces it, or give another --out",
-            paths.dir.display(),
-            names.join(", ")
-        );
+        bail!("{} holds a run ({}): --resume continues it, --overwrite replaces it, or give another --out", paths.dir.display(), names.join(", "));
     }
     for path in existing {
         std::fs::remove_file(&path).with_context(|| format!("removing {} (--overwrite)", path.display()))?;

@@ -99,7 +99,8 @@ fn top_k_zero_keeps_every_character() {
 fn preset_reference_sets_the_reference_options() {
     let out = std::env::temp_dir().join(format!("nrgpt-preset-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let base = ["train", "--d-model", "32", "--heads", "2", "--steps", "2", "--block", "16", "--batch", "2", "--eval-every", "100", "--eval-iters", "1", "--quiet"];
+    let base =
+        ["train", "--d-model", "32", "--heads", "2", "--steps", "2", "--block", "16", "--batch", "2", "--eval-every", "100", "--eval-iters", "1", "--quiet"];
     let run = |extra: &[&str]| {
         let mut args: Vec<&str> = base.to_vec();
         args.extend_from_slice(extra);
@@ -108,7 +109,8 @@ fn preset_reference_sets_the_reference_options() {
     };
     let o = run(&["--iters", "1", "--preset", "reference", "--attn-beta", "0.5"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let ck = nrgpt_core::Checkpoint::from_bytes(&std::fs::read(out.join("ckpt.safetensors")).unwrap(), candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+    let ck =
+        nrgpt_core::Checkpoint::from_bytes(&std::fs::read(out.join("ckpt.safetensors")).unwrap(), candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
     let c = &ck.config;
     assert_eq!((c.attn_beta, c.attn_diag, c.head_dim), (Some(0.5), true, 32), "the given --attn-beta wins");
     assert_eq!((c.eta, c.eta_init, c.block_norm), (nrgpt_core::EtaKind::Free, nrgpt_core::EtaInit::Normal, nrgpt_core::BlockNorm::Bare));
@@ -122,7 +124,8 @@ fn preset_reference_sets_the_reference_options() {
     let _ = std::fs::remove_dir_all(&out);
     let o = run(&["--iters", "1", "--model", "gpt-rec", "--preset", "reference"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let ck = nrgpt_core::Checkpoint::from_bytes(&std::fs::read(out.join("ckpt.safetensors")).unwrap(), candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+    let ck =
+        nrgpt_core::Checkpoint::from_bytes(&std::fs::read(out.join("ckpt.safetensors")).unwrap(), candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
     assert_eq!((ck.config.gpt_block, ck.config.activation), (nrgpt_core::GptBlock::Parallel, nrgpt_core::Activation::Relu));
     assert!(!ck.config.attn_diag && ck.config.attn_beta.is_none(), "NRGPT's choices stay off a GPT");
     // and an NRGPT refuses the parallel block by name

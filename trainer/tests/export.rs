@@ -24,8 +24,29 @@ fn trainer(args: &[&str]) -> std::process::Output {
 }
 
 const TINY: &[&str] = &[
-    "--d-model", "32", "--heads", "2", "--steps", "2", "--block", "32", "--batch", "16", "--lr", "1e-2", "--warmup", "20",
-    "--eval-iters", "5", "--eval-every", "100", "--iters", "300", "--model", "nrgpt-ff2w", "--quiet",
+    "--d-model",
+    "32",
+    "--heads",
+    "2",
+    "--steps",
+    "2",
+    "--block",
+    "32",
+    "--batch",
+    "16",
+    "--lr",
+    "1e-2",
+    "--warmup",
+    "20",
+    "--eval-iters",
+    "5",
+    "--eval-every",
+    "100",
+    "--iters",
+    "300",
+    "--model",
+    "nrgpt-ff2w",
+    "--quiet",
 ];
 
 /// Loss over the whole validation split, computed in f64 so the gaps compared
@@ -64,8 +85,7 @@ fn exported_models_keep_their_loss() {
     assert!(f32_export.extra.is_empty() && f32_export.meta.is_empty());
     assert!(!trained.extra.is_empty());
     for (name, t) in &trained.weights {
-        let (a, b): (Vec<f32>, Vec<f32>) =
-            (t.flatten_all().unwrap().to_vec1().unwrap(), f32_export.weights[name].flatten_all().unwrap().to_vec1().unwrap());
+        let (a, b): (Vec<f32>, Vec<f32>) = (t.flatten_all().unwrap().to_vec1().unwrap(), f32_export.weights[name].flatten_all().unwrap().to_vec1().unwrap());
         assert_eq!(a, b, "{name} changed in the f32 export");
     }
 

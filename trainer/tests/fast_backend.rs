@@ -41,7 +41,9 @@ fn weights(cfg: &ModelConfig, seed: u64) -> Weights {
                         "tok_emb" | "pos_emb" => z,
                         "block.eta.log_c" => -1.0 + 0.1 * z,
                         "block.eta.w" => 0.3 * z,
-                        n if n.ends_with("gamma") || n.ends_with("ln1") || n.ends_with("ln2") || n.ends_with("alpha") || n.ends_with("ff_scale") => 1.0 + 0.3 * z,
+                        n if n.ends_with("gamma") || n.ends_with("ln1") || n.ends_with("ln2") || n.ends_with("alpha") || n.ends_with("ff_scale") => {
+                            1.0 + 0.3 * z
+                        }
                         n if n.ends_with(".b") || n.ends_with(".b1") || n.ends_with(".b2") => 0.3 * z,
                         _ => 0.3 * z,
                     }
@@ -90,10 +92,7 @@ fn reference(cfg: &ModelConfig, w: &Weights, ids: &[u32], tgt: &[u32], dropout: 
     let logits = model.forward(&x, ForwardOpts { dropout: Some(&mut drop), attn_dropout: Some(&mut attn_drop), ..Default::default() }).unwrap().logits;
     let loss = cross_entropy(&logits, &y).unwrap();
     let grads = loss.backward().unwrap();
-    let g = vars
-        .iter()
-        .map(|(n, v)| (n.clone(), grads.get(v).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap()))
-        .collect();
+    let g = vars.iter().map(|(n, v)| (n.clone(), grads.get(v).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap())).collect();
     (loss.to_scalar::<f64>().unwrap(), g)
 }
 
@@ -184,8 +183,7 @@ fn reference_options() {
     check(&with(&|c| c.block_norm = BlockNorm::Bare), 0.0);
     check(&with(&|c| (c.block_norm, c.norm) = (BlockNorm::Bare, NormKind::RmsNorm)), 0.0);
     let all = |c: &mut ModelConfig| {
-        (c.attn_beta, c.attn_diag, c.eta, c.eta_init, c.head_dim, c.block_norm) =
-            (Some(1.0), true, EtaKind::Free, EtaInit::Normal, c.d_model, BlockNorm::Bare)
+        (c.attn_beta, c.attn_diag, c.eta, c.eta_init, c.head_dim, c.block_norm) = (Some(1.0), true, EtaKind::Free, EtaInit::Normal, c.d_model, BlockNorm::Bare)
     };
     check(&with(&all), 0.0);
     check(

@@ -248,7 +248,11 @@ fn clamped_steps_match_candle() {
 /// a step large enough to move z far.
 #[test]
 fn thinking_matches_candle() {
-    let variants = [(Activation::Gelu, NormKind::LayerNorm, 2, EbtUpdate::Logits), (Activation::Relu, NormKind::RmsNorm, 1, EbtUpdate::Logits), (Activation::Gelu, NormKind::LayerNorm, 2, EbtUpdate::Probs)];
+    let variants = [
+        (Activation::Gelu, NormKind::LayerNorm, 2, EbtUpdate::Logits),
+        (Activation::Relu, NormKind::RmsNorm, 1, EbtUpdate::Logits),
+        (Activation::Gelu, NormKind::LayerNorm, 2, EbtUpdate::Probs),
+    ];
     for (act, norm, layers, update) in variants {
         let mut cfg = config(act, norm, layers);
         cfg.ebt_update = update;
@@ -346,10 +350,13 @@ fn ok(o: &std::process::Output) -> String {
 /// (iter, loss) of the training rows, and (iter, val) of the eval rows.
 fn rows(dir: &Path, col: usize) -> Vec<(usize, f64)> {
     let log = std::fs::read_to_string(dir.join("log.csv")).unwrap();
-    log.lines().skip(1).filter_map(|l| {
-        let f: Vec<&str> = l.split(',').collect();
-        Some((f[0].parse().ok()?, f[col].parse().ok()?))
-    }).collect()
+    log.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some((f[0].parse().ok()?, f[col].parse().ok()?))
+        })
+        .collect()
 }
 
 fn unigram_entropy() -> f64 {
@@ -377,7 +384,12 @@ fn fast_ebt_trains_and_resumes_to_the_bit() {
     eprintln!("fast ebt: val {val:.4} after 600 iters (unigram {unigram:.4})");
     assert!(val < unigram - 0.5, "val loss {val} is not well below the unigram {unigram}");
     ok(&trainer(&split, "fast", &["--iters", "300", "--eval-every", "300", "--min-lr", "1e-2"]));
-    let st = Command::new(env!("CARGO_BIN_EXE_trainer")).current_dir(root()).args(["train", "--resume", "--iters", "600", "--quiet", "--out"]).arg(&split).output().unwrap();
+    let st = Command::new(env!("CARGO_BIN_EXE_trainer"))
+        .current_dir(root())
+        .args(["train", "--resume", "--iters", "600", "--quiet", "--out"])
+        .arg(&split)
+        .output()
+        .unwrap();
     ok(&st);
     // (compared loaded: the file's metadata map has no fixed order)
     let load = |dir: &Path| Checkpoint::from_bytes(&std::fs::read(dir.join("ckpt.safetensors")).unwrap(), DType::F32, &Device::Cpu).unwrap();

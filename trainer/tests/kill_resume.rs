@@ -21,8 +21,28 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 const RUN: &[&str] = &[
-    "--d-model", "32", "--heads", "2", "--steps", "2", "--block", "32", "--batch", "16", "--lr", "1e-2", "--warmup", "20",
-    "--eval-iters", "2", "--eval-every", "10", "--iters", "300", "--dropout", "0.1",
+    "--d-model",
+    "32",
+    "--heads",
+    "2",
+    "--steps",
+    "2",
+    "--block",
+    "32",
+    "--batch",
+    "16",
+    "--lr",
+    "1e-2",
+    "--warmup",
+    "20",
+    "--eval-iters",
+    "2",
+    "--eval-every",
+    "10",
+    "--iters",
+    "300",
+    "--dropout",
+    "0.1",
 ];
 
 fn spawn(out: &Path, resume: bool) -> Child {

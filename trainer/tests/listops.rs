@@ -148,10 +148,7 @@ fn the_shipped_model_answers_about_half_of_the_held_out_expressions() {
 
 #[test]
 fn a_bad_expression_is_refused_with_what_is_wrong() {
-    let o = Command::new(env!("CARGO_BIN_EXE_trainer"))
-        .args(["listops-answer", "--ckpt", "no-such.safetensors", "--expr", "S(3 4"])
-        .output()
-        .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_trainer")).args(["listops-answer", "--ckpt", "no-such.safetensors", "--expr", "S(3 4"]).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("'(' at position 1 is never closed") && !err.contains("panicked"), "{err}");
 }

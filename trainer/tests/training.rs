@@ -24,10 +24,8 @@ fn trainer(args: &[&str], out: &Path) -> Command {
     c
 }
 
-const TINY: &[&str] = &[
-    "--d-model", "32", "--heads", "2", "--steps", "2", "--block", "32", "--batch", "16", "--lr", "1e-2", "--warmup", "20",
-    "--eval-iters", "5",
-];
+const TINY: &[&str] =
+    &["--d-model", "32", "--heads", "2", "--steps", "2", "--block", "32", "--batch", "16", "--lr", "1e-2", "--warmup", "20", "--eval-iters", "5"];
 
 /// (iter, val_loss) of the eval rows of a run's log.
 fn eval_rows(log: &str) -> Vec<(usize, f64)> {
@@ -95,8 +93,23 @@ fn ebt_learns_by_thinking_and_resumes() {
     let unigram = unigram_entropy();
     let out = tmp("ebt");
     let args = [
-        "--model", "ebt", "--layers", "1", "--ebt-noise", "0", "--eval-every", "100", "--backend", "candle", "--ebt-langevin", "0.01",
-        "--ebt-step-jitter", "--ebt-extra-steps", "1", "--ebt-step-lr-mult", "5",
+        "--model",
+        "ebt",
+        "--layers",
+        "1",
+        "--ebt-noise",
+        "0",
+        "--eval-every",
+        "100",
+        "--backend",
+        "candle",
+        "--ebt-langevin",
+        "0.01",
+        "--ebt-step-jitter",
+        "--ebt-extra-steps",
+        "1",
+        "--ebt-step-lr-mult",
+        "5",
     ];
     let st = trainer(TINY, &out).args(args).args(["--iters", "200"]).status().unwrap();
     assert!(st.success(), "ebt: trainer failed");

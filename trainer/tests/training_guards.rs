@@ -20,10 +20,8 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
-const TINY: &[&str] = &[
-    "--d-model", "32", "--heads", "2", "--steps", "2", "--block", "32", "--batch", "8", "--warmup", "0", "--eval-iters", "2",
-    "--eval-every", "5",
-];
+const TINY: &[&str] =
+    &["--d-model", "32", "--heads", "2", "--steps", "2", "--block", "32", "--batch", "8", "--warmup", "0", "--eval-iters", "2", "--eval-every", "5"];
 
 fn train(out: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_trainer"))
@@ -188,11 +186,17 @@ fn resume_refuses_what_it_cannot_honour() {
 
 #[test]
 fn ebt_flags_on_another_model_and_its_preset_on_another_model_are_refused_by_name() {
-    for (model, extra) in [("gpt", &["--ebt-langevin", "0.5", "--ebt-truncate"][..]), ("nrgpt-ff2w", &["--ebt-update", "probs"][..]), ("gpt", &["--preset", "ebt-s2"][..])] {
+    for (model, extra) in
+        [("gpt", &["--ebt-langevin", "0.5", "--ebt-truncate"][..]), ("nrgpt-ff2w", &["--ebt-update", "probs"][..]), ("gpt", &["--preset", "ebt-s2"][..])]
+    {
         let out = tmp(&format!("not-ebt-{model}-{}", extra[0]));
         let o = train(&out, &[TINY, &["--model", model, "--iters", "2"], extra].concat());
         let err = stderr(&o);
-        let named = if extra[0] == "--preset" { "--preset ebt-s2 is EBT's System-2 recipe; --model is gpt".to_string() } else { format!("{} only apply to --model ebt", extra.iter().filter(|a| a.starts_with("--")).copied().collect::<Vec<_>>().join(", ")) };
+        let named = if extra[0] == "--preset" {
+            "--preset ebt-s2 is EBT's System-2 recipe; --model is gpt".to_string()
+        } else {
+            format!("{} only apply to --model ebt", extra.iter().filter(|a| a.starts_with("--")).copied().collect::<Vec<_>>().join(", "))
+        };
         assert!(!o.status.success() && err.contains(&named), "expected `{named}` in: {err}");
         assert!(!out.join("ckpt.safetensors").exists(), "nothing trained");
     }

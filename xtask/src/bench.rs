@@ -311,7 +311,11 @@ fn ebt_twin_check(trainer: &str, py: &Path) -> Result<TwinCheck> {
     trainer_json(Command::new(trainer).arg("train").args(["--resume", "--iters", "4"]).args(common).arg("--out").arg(&run))?;
     let log = std::fs::read_to_string(run.join("log.csv")).context("reading the EBT check's log")?;
     // the training row of iteration 3: iter,lr,loss,grad_norm,...
-    let row: Vec<&str> = log.lines().map(|l| l.split(',').collect::<Vec<_>>()).find(|c| c[0] == "3" && !c[2].is_empty()).context("no training row for iteration 3 in the EBT check's log")?;
+    let row: Vec<&str> = log
+        .lines()
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .find(|c| c[0] == "3" && !c[2].is_empty())
+        .context("no training row for iteration 3 in the EBT check's log")?;
     let (ours_loss, ours_norm): (f64, f64) = (row[2].parse()?, row[3].parse()?);
     let mut cmd = Command::new(py);
     cmd.arg(TORCH_SCRIPT).arg("--check-ckpt").arg(&ckpt).args(["--check-iter", "3"]);
@@ -329,7 +333,11 @@ fn ebt_twin_check(trainer: &str, py: &Path) -> Result<TwinCheck> {
 pub fn torch_check() -> Result<()> {
     run(Command::new("cargo").args(["build", "--release", "-p", "trainer", "--bin", "trainer"]))?;
     let [(ol, tl), (on, tn)] = ebt_twin_check(&bin(false, "trainer"), &ensure_torch()?)?;
-    println!("EBT twin check passed: loss ours {ol} PyTorch {tl} (|diff| {:.1e}), gradient norm ours {on} PyTorch {tn} (|diff| {:.1e})", (ol - tl).abs(), (on - tn).abs());
+    println!(
+        "EBT twin check passed: loss ours {ol} PyTorch {tl} (|diff| {:.1e}), gradient norm ours {on} PyTorch {tn} (|diff| {:.1e})",
+        (ol - tl).abs(),
+        (on - tn).abs()
+    );
     Ok(())
 }
 
@@ -348,7 +356,10 @@ fn throughput(trainer: &str, plan: &Plan, smoke: bool) -> Result<(Vec<Throughput
         let tmp = root().join("target/bench-throughput");
         let _ = std::fs::remove_dir_all(&tmp);
         let mut cmd = Command::new(trainer);
-        cmd.arg("train").args(*flags).args(["--iters", &plan.throughput_iters.to_string(), "--eval-every", "100000", "--eval-iters", "1", "--quiet", "--out"]).arg(&tmp);
+        cmd.arg("train")
+            .args(*flags)
+            .args(["--iters", &plan.throughput_iters.to_string(), "--eval-every", "100000", "--eval-iters", "1", "--quiet", "--out"])
+            .arg(&tmp);
         let ours = trainer_json(&mut cmd)?.f64("tokens_per_s")?;
         let torch = match &torch {
             Some(py) => {
@@ -574,7 +585,8 @@ fn write_figure(quality: &[Quality], cmd_name: &str) -> Result<()> {
             ],
         });
     }
-    let caption = vec![format!("`{cmd_name}` on {} ({}); eval-point estimates from the training logs (runs/bench/*/log.csv, {DEFAULT_RUN})", machine(), today())];
+    let caption =
+        vec![format!("`{cmd_name}` on {} ({}); eval-point estimates from the training logs (runs/bench/*/log.csv, {DEFAULT_RUN})", machine(), today())];
     let path = root().join(FIGURE);
     std::fs::create_dir_all(path.parent().expect("figure has a folder"))?;
     crate::atomic::write_atomic(&path, crate::plot::svg(&panels, &caption).as_bytes())

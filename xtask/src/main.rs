@@ -102,7 +102,9 @@ fn ensure_lavapipe() -> Result<()> {
     }
     say("installing Mesa lavapipe (software Vulkan) for the GPU tests: apt-get install mesa-vulkan-drivers libvulkan1");
     run(Command::new("apt-get").args(["-o", "DPkg::Lock::Timeout=600", "update", "-qq"]))?;
-    run(Command::new("apt-get").args(["-o", "DPkg::Lock::Timeout=600", "install", "-y", "-qq", "mesa-vulkan-drivers", "libvulkan1"]).env("DEBIAN_FRONTEND", "noninteractive"))
+    run(Command::new("apt-get")
+        .args(["-o", "DPkg::Lock::Timeout=600", "install", "-y", "-qq", "mesa-vulkan-drivers", "libvulkan1"])
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 /// Installs wasm-bindgen-cli at the crate's version when it is missing or differs.
@@ -265,7 +267,12 @@ fn browser_test_run(capture: bool) -> Result<String> {
     atomic::write_atomic(&long_files.0, long_prompt.as_bytes())?;
     atomic::write_atomic(&long_files.1, long_expected.as_bytes())?;
     let (ebt_steps, ebt_samples) = (EBT_TEST_STEPS.to_string(), EBT_TEST_SAMPLES.to_string());
-    let ebt_expected = native_reference(EBT_MODEL, TEST_PROMPT, EBT_TEST_LEN, &["--steps", &ebt_steps, "--samples", &ebt_samples, "--verify", "min", "--langevin", EBT_TEST_LANGEVIN])?;
+    let ebt_expected = native_reference(
+        EBT_MODEL,
+        TEST_PROMPT,
+        EBT_TEST_LEN,
+        &["--steps", &ebt_steps, "--samples", &ebt_samples, "--verify", "min", "--langevin", EBT_TEST_LANGEVIN],
+    )?;
     let listener = serve::bind(0)?;
     let url = format!("http://{}/", listener.local_addr()?);
     let page_root = root();

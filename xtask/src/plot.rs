@@ -92,7 +92,14 @@ fn panel(s: &mut String, p: &Panel, x0: f64) {
         }
         let ly = t + 14.0 + 14.0 * legend_rows;
         legend_rows += 1.0;
-        let _ = writeln!(s, r#"<line x1="{legend_x}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="2"{dash}/>"#, ly - 4.0, legend_x + 18.0, ly - 4.0, se.colour);
+        let _ = writeln!(
+            s,
+            r#"<line x1="{legend_x}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="2"{dash}/>"#,
+            ly - 4.0,
+            legend_x + 18.0,
+            ly - 4.0,
+            se.colour
+        );
         let _ = writeln!(s, r#"<text x="{}" y="{ly}">{}</text>"#, legend_x + 22.0, esc(&se.label));
     }
 }

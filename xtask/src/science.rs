@@ -71,8 +71,10 @@ const FF2W_REF_STEP_S: &[&str] = &["--model", "nrgpt-ff2w", "--d-model", "128", 
 
 /// The EBT as it ships (issue 35: against GPT and the recurrent GPT at equal
 /// parameters and tokens): System-2 preset, tied input, energy calibration.
-const EBT_S: &[&str] = &["--model", "ebt", "--d-model", "64", "--heads", "4", "--layers", "4", "--preset", "ebt-s2", "--ebt-input", "tied", "--ebt-calibrate", "1"];
-const EBT_M: &[&str] = &["--model", "ebt", "--d-model", "128", "--heads", "4", "--layers", "4", "--preset", "ebt-s2", "--ebt-input", "tied", "--ebt-calibrate", "1"];
+const EBT_S: &[&str] =
+    &["--model", "ebt", "--d-model", "64", "--heads", "4", "--layers", "4", "--preset", "ebt-s2", "--ebt-input", "tied", "--ebt-calibrate", "1"];
+const EBT_M: &[&str] =
+    &["--model", "ebt", "--d-model", "128", "--heads", "4", "--layers", "4", "--preset", "ebt-s2", "--ebt-input", "tied", "--ebt-calibrate", "1"];
 
 fn full_plan() -> Plan {
     let s = |name, flags| Row { name, size: "S", flags };
@@ -100,7 +102,10 @@ fn full_plan() -> Plan {
         ],
         large: vec![
             m("nrgpt-ff2w", &["--model", "nrgpt-ff2w", "--d-model", "256", "--heads", "8", "--steps", "4", "--ff-mult", "5"]),
-            m("nrgpt-ff2w, free eta N(0, 0.02)", &["--model", "nrgpt-ff2w", "--d-model", "256", "--heads", "8", "--steps", "4", "--ff-mult", "4", "--eta", "free", "--eta-init", "normal"]),
+            m(
+                "nrgpt-ff2w, free eta N(0, 0.02)",
+                &["--model", "nrgpt-ff2w", "--d-model", "256", "--heads", "8", "--steps", "4", "--ff-mult", "4", "--eta", "free", "--eta-init", "normal"],
+            ),
             m("nrgpt-ff1", &["--model", "nrgpt-ff1", "--d-model", "256", "--heads", "8", "--steps", "4", "--ff-mult", "10"]),
             m("gpt (4 layers)", &["--model", "gpt", "--d-model", "128", "--heads", "4", "--steps", "4"]),
             m("gpt-rec (1 layer x4)", &["--model", "gpt-rec", "--d-model", "256", "--heads", "8", "--steps", "4"]),
@@ -114,16 +119,101 @@ fn full_plan() -> Plan {
             s("beta = 1", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--attn-beta", "1"]),
             s("mask with the diagonal", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--attn-mask", "diagonal"]),
             s("bare block norm", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--block-norm", "bare"]),
-            s("full-rank J (head_dim 128, ff-mult 2)", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--head-dim", "128", "--ff-mult", "2"]),
+            s(
+                "full-rank J (head_dim 128, ff-mult 2)",
+                &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--head-dim", "128", "--ff-mult", "2"],
+            ),
             s("reference preset (all of the above)", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--preset", "reference"]),
         ],
         paper: vec![
-            s("paper terms: nrgpt-ff2w, reference preset", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--preset", "reference", "--dropout", "0.1", "--attn-dropout", "0.1"]),
-            s("paper terms: nrgpt-ff2w, free eta N(0, 0.02)", &["--model", "nrgpt-ff2w", "--d-model", "128", "--heads", "4", "--steps", "4", "--eta", "free", "--eta-init", "normal", "--dropout", "0.1", "--attn-dropout", "0.1"]),
-            s("paper terms: nrgpt-ff1, reference preset", &["--model", "nrgpt-ff1", "--d-model", "128", "--heads", "4", "--steps", "4", "--ff-mult", "8", "--preset", "reference", "--dropout", "0.1", "--attn-dropout", "0.1"]),
-            s("paper terms: gpt (4 layers)", &["--model", "gpt", "--d-model", "64", "--heads", "4", "--steps", "4", "--dropout", "0.1", "--attn-dropout", "0.1"]),
-            s("paper terms: gpt-rec (ours)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4", "--dropout", "0.1", "--attn-dropout", "0.1"]),
-            s("paper terms: gpt-rec parallel (the reference's)", &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4", "--preset", "reference", "--dropout", "0.1", "--attn-dropout", "0.1"]),
+            s(
+                "paper terms: nrgpt-ff2w, reference preset",
+                &[
+                    "--model",
+                    "nrgpt-ff2w",
+                    "--d-model",
+                    "128",
+                    "--heads",
+                    "4",
+                    "--steps",
+                    "4",
+                    "--preset",
+                    "reference",
+                    "--dropout",
+                    "0.1",
+                    "--attn-dropout",
+                    "0.1",
+                ],
+            ),
+            s(
+                "paper terms: nrgpt-ff2w, free eta N(0, 0.02)",
+                &[
+                    "--model",
+                    "nrgpt-ff2w",
+                    "--d-model",
+                    "128",
+                    "--heads",
+                    "4",
+                    "--steps",
+                    "4",
+                    "--eta",
+                    "free",
+                    "--eta-init",
+                    "normal",
+                    "--dropout",
+                    "0.1",
+                    "--attn-dropout",
+                    "0.1",
+                ],
+            ),
+            s(
+                "paper terms: nrgpt-ff1, reference preset",
+                &[
+                    "--model",
+                    "nrgpt-ff1",
+                    "--d-model",
+                    "128",
+                    "--heads",
+                    "4",
+                    "--steps",
+                    "4",
+                    "--ff-mult",
+                    "8",
+                    "--preset",
+                    "reference",
+                    "--dropout",
+                    "0.1",
+                    "--attn-dropout",
+                    "0.1",
+                ],
+            ),
+            s(
+                "paper terms: gpt (4 layers)",
+                &["--model", "gpt", "--d-model", "64", "--heads", "4", "--steps", "4", "--dropout", "0.1", "--attn-dropout", "0.1"],
+            ),
+            s(
+                "paper terms: gpt-rec (ours)",
+                &["--model", "gpt-rec", "--d-model", "120", "--heads", "4", "--steps", "4", "--dropout", "0.1", "--attn-dropout", "0.1"],
+            ),
+            s(
+                "paper terms: gpt-rec parallel (the reference's)",
+                &[
+                    "--model",
+                    "gpt-rec",
+                    "--d-model",
+                    "120",
+                    "--heads",
+                    "4",
+                    "--steps",
+                    "4",
+                    "--preset",
+                    "reference",
+                    "--dropout",
+                    "0.1",
+                    "--attn-dropout",
+                    "0.1",
+                ],
+            ),
         ],
         paper_iters: 8000,
         paper_lr: 1e-3,
@@ -155,7 +245,11 @@ fn smoke_plan() -> Plan {
             tiny("nrgpt-ff2w", "S", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2"]),
             tiny("reference preset", "S", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2", "--preset", "reference"]),
         ],
-        paper: vec![tiny("paper terms: nrgpt-ff2w", "S", &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2", "--dropout", "0.1", "--attn-dropout", "0.1"])],
+        paper: vec![tiny(
+            "paper terms: nrgpt-ff2w",
+            "S",
+            &["--model", "nrgpt-ff2w", "--d-model", "16", "--heads", "2", "--steps", "2", "--dropout", "0.1", "--attn-dropout", "0.1"],
+        )],
         paper_iters: 12,
         paper_lr: 1e-3,
         base: "target/science-smoke",
@@ -267,7 +361,8 @@ fn train_run(trainer: &str, plan: &Plan, row: &Row, lr: f64, iters: usize, train
         }
         trainer_json(&mut cmd)?.f64("loss")
     };
-    let export = trainer_json(Command::new(trainer).arg("export").arg("--ckpt").arg(&ckpt).arg("--out").arg(dir.join("int8.safetensors")).args(["--quant", "int8"]))?;
+    let export =
+        trainer_json(Command::new(trainer).arg("export").arg("--ckpt").arg(&ckpt).arg("--out").arg(dir.join("int8.safetensors")).args(["--quant", "int8"]))?;
     let evals = Evals {
         params: export.usize("params")?,
         val: eval(&ckpt, "val")?,
@@ -492,7 +587,11 @@ fn report(plan: &Plan, small: &[Vec<Run>], large: &[Vec<Run>], ablation: &[Vec<R
         row_line(&mut md, row, runs, plan.iters, tpi, None);
     }
     let ours = plan.ablation.first().and_then(|_| best_run(&ablation[0])).and_then(|r| r.evals.as_ref()).map(|e| e.best_val);
-    let _ = writeln!(md, "\n**Ablation** (NRGPT-FF2W at size S, each of the reference's choices alone, then all; lrs {:?}; in brackets: against the first row)\n\n{HEADER}", plan.ablation_lrs);
+    let _ = writeln!(
+        md,
+        "\n**Ablation** (NRGPT-FF2W at size S, each of the reference's choices alone, then all; lrs {:?}; in brackets: against the first row)\n\n{HEADER}",
+        plan.ablation_lrs
+    );
     for (i, (row, runs)) in plan.ablation.iter().zip(ablation).enumerate() {
         row_line(&mut md, row, runs, plan.iters, tpi, if i == 0 { None } else { ours });
     }
@@ -594,7 +693,11 @@ mod tests {
 
     /// A run at `lr` with best val `v`, or not finished (None).
     fn run(lr: f64, v: Option<f64>) -> Run {
-        Run { dir: PathBuf::new(), lr, evals: v.map(|v| Evals { params: 1, val: v + 0.01, best_val: v, train: v - 0.1, tokens_per_s: 1.0, points: Vec::new(), descent: None }) }
+        Run {
+            dir: PathBuf::new(),
+            lr,
+            evals: v.map(|v| Evals { params: 1, val: v + 0.01, best_val: v, train: v - 0.1, tokens_per_s: 1.0, points: Vec::new(), descent: None }),
+        }
     }
 
     #[test]

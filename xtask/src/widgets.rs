@@ -132,7 +132,8 @@ mod tests {
 
     #[test]
     fn writes_the_fallback_of_one_widget() {
-        let html = "<nrgpt-widget id=\"a\"><pre class=\"fallback\">old</pre></nrgpt-widget><nrgpt-widget id=\"b\"><pre class=\"fallback\">x</pre></nrgpt-widget>";
+        let html =
+            "<nrgpt-widget id=\"a\"><pre class=\"fallback\">old</pre></nrgpt-widget><nrgpt-widget id=\"b\"><pre class=\"fallback\">x</pre></nrgpt-widget>";
         let out = with_fallback(html, "b", "R:\n<a & b>").unwrap();
         assert_eq!(out, html.replace(">x<", ">R:\n&lt;a &amp; b&gt;<"));
         assert!(with_fallback(html, "c", "t").is_err());

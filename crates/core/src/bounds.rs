@@ -99,7 +99,11 @@ fn check_nrgpt_options(cfg: &ModelConfig) -> Result<()> {
         return Err(field_err("block_norm", cfg.block_norm.name(), "must be gain: only NRGPT has a block norm to make bare".into()));
     }
     if cfg.gpt_block != GptBlock::Sequential && !matches!(cfg.arch, Arch::Gpt | Arch::GptRec) {
-        return Err(field_err("gpt_block", cfg.gpt_block.name(), format!("must be sequential: only the GPT baselines have a parallel block, not {}", cfg.arch.name())));
+        return Err(field_err(
+            "gpt_block",
+            cfg.gpt_block.name(),
+            format!("must be sequential: only the GPT baselines have a parallel block, not {}", cfg.arch.name()),
+        ));
     }
     if !nrgpt && cfg.eta == EtaKind::Free {
         return Err(field_err("eta", cfg.eta.name(), format!("must be stable: only NRGPT has an eta step, not {}", cfg.arch.name())));

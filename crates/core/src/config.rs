@@ -46,9 +46,7 @@ impl std::str::FromStr for Arch {
             "gpt" => Ok(Arch::Gpt),
             "gpt-rec" => Ok(Arch::GptRec),
             "ebt" => Ok(Arch::Ebt),
-            _ => Err(Error::Config(format!(
-                "unknown model `{s}` (expected nrgpt-ff2w, nrgpt-ff1, gpt, gpt-rec or ebt)"
-            ))),
+            _ => Err(Error::Config(format!("unknown model `{s}` (expected nrgpt-ff2w, nrgpt-ff1, gpt, gpt-rec or ebt)"))),
         }
     }
 }

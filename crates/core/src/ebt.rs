@@ -184,13 +184,7 @@ impl Ebt {
         check_weights(&lay, w)?;
         let get = |i: usize| w[lay.name(i)].clone();
         let layers = ix.layers.iter().map(|l| GptLayer::from_layout(cfg, l, get)).collect();
-        Ok(Self {
-            cfg: cfg.clone(),
-            ends: Ends::from_layout(&lay, get),
-            log_a: get(ix.log_a),
-            in_emb: get(ix.input),
-            layers,
-        })
+        Ok(Self { cfg: cfg.clone(), ends: Ends::from_layout(&lay, get), log_a: get(ix.log_a), in_emb: get(ix.input), layers })
     }
 
     pub fn dtype(&self) -> DType {
@@ -361,8 +355,11 @@ impl Ebt {
             // softplus(E(one-hot truth) - E(last step's input))
             let v = self.cfg.vocab_size;
             let truth = Tensor::ones(targets.dims(), self.dtype(), self.device())?.unsqueeze(D::Minus1)?;
-            let onehot = Tensor::zeros((targets.dim(0)?, targets.dim(1)?, v), self.dtype(), self.device())?
-                .scatter_add(&targets.unsqueeze(D::Minus1)?.contiguous()?, &truth, D::Minus1)?;
+            let onehot = Tensor::zeros((targets.dim(0)?, targets.dim(1)?, v), self.dtype(), self.device())?.scatter_add(
+                &targets.unsqueeze(D::Minus1)?.contiguous()?,
+                &truth,
+                D::Minus1,
+            )?;
             let real = self.energy_grad_at(&ctx, &onehot, false)?.energy;
             let gap = (real - last_energy.expect("at least one step"))?;
             let softplus = (gap.relu()? + (gap.abs()?.neg()?.exp()? + 1.0)?.log()?)?;

@@ -102,7 +102,15 @@ pub fn think_candidate(
 }
 
 /// The oracle's thinking for the last position of `ctx`'s window (n tokens).
-pub fn think_last(ebt: &Ebt, ctx: &Context, n: usize, (z0, langevin): (&[f32], &[Vec<f32>]), steps: usize, tol: Option<f32>, accept_lower: bool) -> Result<CandidateThought> {
+pub fn think_last(
+    ebt: &Ebt,
+    ctx: &Context,
+    n: usize,
+    (z0, langevin): (&[f32], &[Vec<f32>]),
+    steps: usize,
+    tol: Option<f32>,
+    accept_lower: bool,
+) -> Result<CandidateThought> {
     let v = z0.len();
     let a = ebt.step_size()?.to_dtype(DType::F32)?.to_vec1::<f32>()?[0];
     think_candidate(z0, steps, tol, accept_lower, (ebt.cfg.ebt_update, a, ebt.cfg.ebt_grad_bound(a)), langevin, |z, want_grad| {

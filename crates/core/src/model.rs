@@ -157,14 +157,7 @@ impl Model {
                         None => Tensor::ones(cfg.d_model, get(lay.tok).dtype(), get(lay.tok).device())?,
                     },
                     norm_bias: ix.norm_bias.map(get),
-                    attn: AttnEnergy {
-                        wq: get(ix.wq),
-                        wk: get(ix.wk),
-                        alpha: get(ix.alpha),
-                        n_head: cfg.n_head,
-                        beta: cfg.beta(),
-                        diag: cfg.attn_diag,
-                    },
+                    attn: AttnEnergy { wq: get(ix.wq), wk: get(ix.wk), alpha: get(ix.alpha), n_head: cfg.n_head, beta: cfg.beta(), diag: cfg.attn_diag },
                     ff,
                     ff_scale: get(ix.ff_scale),
                     eta,
@@ -172,15 +165,9 @@ impl Model {
                 })
             }
             Body::Gpt(layers) => ModelBody::Gpt(layers.iter().map(|ix| GptLayer::from_layout(cfg, ix, get)).collect()),
-            Body::Ebt(_) => {
-                return Err(Error::Config("an EBT predicts by thinking: load it with `ebt::Ebt::new`, not `Model::new`".into()))
-            }
+            Body::Ebt(_) => return Err(Error::Config("an EBT predicts by thinking: load it with `ebt::Ebt::new`, not `Model::new`".into())),
         };
-        Ok(Self {
-            cfg: cfg.clone(),
-            ends: Ends::from_layout(&lay, get),
-            body,
-        })
+        Ok(Self { cfg: cfg.clone(), ends: Ends::from_layout(&lay, get), body })
     }
 
     pub fn dtype(&self) -> DType {

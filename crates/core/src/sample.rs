@@ -107,7 +107,14 @@ pub fn generate(model: &Model, vocab: &Vocab, prompt: &str, n_chars: usize, opts
 /// [`generate`], handing each character to `emit` as soon as it is drawn (a
 /// long run shows, and keeps, what it wrote so far); `emit` breaking stops
 /// the run, which returns the text up to there.
-pub fn generate_streamed(model: &Model, vocab: &Vocab, prompt: &str, n_chars: usize, opts: &SampleOpts, emit: &mut dyn FnMut(&str) -> ControlFlow<()>) -> Result<String> {
+pub fn generate_streamed(
+    model: &Model,
+    vocab: &Vocab,
+    prompt: &str,
+    n_chars: usize,
+    opts: &SampleOpts,
+    emit: &mut dyn FnMut(&str) -> ControlFlow<()>,
+) -> Result<String> {
     opts.validate()?;
     let prompt_ids = vocab.encode(prompt)?;
     if prompt_ids.is_empty() {

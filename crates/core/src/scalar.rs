@@ -57,7 +57,11 @@ pub fn erf_with_exp(z: f32, e: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.327_591_1 * z.abs());
     let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
     let erf_abs = 1.0 - poly * e;
-    if z < 0.0 { -erf_abs } else { erf_abs }
+    if z < 0.0 {
+        -erf_abs
+    } else {
+        erf_abs
+    }
 }
 
 /// (s(u), s'(u), s''(u)) for the activation.

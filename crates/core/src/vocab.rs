@@ -38,8 +38,7 @@ impl Vocab {
     /// Reads `model.vocab` (token -> id) of a tokenizer.json whose tokens are
     /// single characters with ids 0..n.
     pub fn from_tokenizer_json(json: &str) -> Result<Self> {
-        let v: serde_json::Value =
-            serde_json::from_str(json).map_err(|e| Error::Vocab(format!("the tokenizer file is not JSON: {e}")))?;
+        let v: serde_json::Value = serde_json::from_str(json).map_err(|e| Error::Vocab(format!("the tokenizer file is not JSON: {e}")))?;
         let map = v
             .get("model")
             .and_then(|m| m.get("vocab"))
@@ -47,10 +46,7 @@ impl Vocab {
             .ok_or_else(|| Error::Vocab("tokenizer.json has no model.vocab object".into()))?;
         let mut chars = vec![None; map.len()];
         for (tok, id) in map {
-            let id = id
-                .as_u64()
-                .filter(|&i| (i as usize) < map.len())
-                .ok_or_else(|| Error::Vocab(format!("token {tok:?} has a bad id {id}")))?;
+            let id = id.as_u64().filter(|&i| (i as usize) < map.len()).ok_or_else(|| Error::Vocab(format!("token {tok:?} has a bad id {id}")))?;
             let mut it = tok.chars();
             let c = match (it.next(), it.next()) {
                 (Some(c), None) => c,
@@ -58,11 +54,7 @@ impl Vocab {
             };
             chars[id as usize] = Some(c);
         }
-        let chars = chars
-            .into_iter()
-            .enumerate()
-            .map(|(i, c)| c.ok_or_else(|| Error::Vocab(format!("no token has id {i}"))))
-            .collect::<Result<Vec<_>>>()?;
+        let chars = chars.into_iter().enumerate().map(|(i, c)| c.ok_or_else(|| Error::Vocab(format!("no token has id {i}")))).collect::<Result<Vec<_>>>()?;
         Self::from_chars(chars)
     }
 
@@ -84,12 +76,7 @@ impl Vocab {
 
     /// Encodes `text`; a character outside the vocabulary is an error that names it.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        text.chars()
-            .map(|c| {
-                self.id(c)
-                    .ok_or_else(|| Error::Vocab(format!("character {c:?} is not in the model's vocabulary")))
-            })
-            .collect()
+        text.chars().map(|c| self.id(c).ok_or_else(|| Error::Vocab(format!("character {c:?} is not in the model's vocabulary")))).collect()
     }
 
     pub fn decode(&self, ids: &[u32]) -> String {
@@ -102,8 +89,7 @@ impl Vocab {
     }
 
     pub fn from_json(json: &str) -> Result<Self> {
-        let s: String = serde_json::from_str(json)
-            .map_err(|e| Error::Vocab(format!("metadata `vocab` must be a JSON string of the characters: {e}")))?;
+        let s: String = serde_json::from_str(json).map_err(|e| Error::Vocab(format!("metadata `vocab` must be a JSON string of the characters: {e}")))?;
         Self::from_chars(s.chars().collect())
     }
 }

@@ -84,24 +84,76 @@ enum Mutation {
 
 const DTYPES: [Dtype; 8] = [Dtype::F32, Dtype::F16, Dtype::BF16, Dtype::F64, Dtype::U32, Dtype::I32, Dtype::U8, Dtype::I64];
 const FIELDS: [&str; 15] = [
-    "arch", "vocab_size", "d_model", "n_head", "head_dim", "steps", "layers", "ebt_noise", "block_size", "ff_mult", "norm",
-    "eta", "activation", "eps", "extra_field",
+    "arch",
+    "vocab_size",
+    "d_model",
+    "n_head",
+    "head_dim",
+    "steps",
+    "layers",
+    "ebt_noise",
+    "block_size",
+    "ff_mult",
+    "norm",
+    "eta",
+    "activation",
+    "eps",
+    "extra_field",
 ];
 const KEYS: [&str; 6] = ["format", "quant", "block", "vocab", "config", "train_state"];
 
 fn config_values() -> Vec<Value> {
     vec![
-        json!(0), json!(1), json!(2), json!(3), json!(16), json!(65536), json!(1u64 << 31), json!(1u64 << 32),
-        json!(1u64 << 53), json!(1u64 << 63), json!(u64::MAX), json!(-1), json!(0.5), json!(-0.5), json!(1e300),
-        json!("gpt"), json!("gpt-rec"), json!("ebt"), json!("nrgpt-ff1"), json!("nrgpt-ff2w"), json!("free"), json!("rms-norm"),
-        json!("relu"), json!("bogus"), Value::Null, json!([1]), json!({}), json!(true),
+        json!(0),
+        json!(1),
+        json!(2),
+        json!(3),
+        json!(16),
+        json!(65536),
+        json!(1u64 << 31),
+        json!(1u64 << 32),
+        json!(1u64 << 53),
+        json!(1u64 << 63),
+        json!(u64::MAX),
+        json!(-1),
+        json!(0.5),
+        json!(-0.5),
+        json!(1e300),
+        json!("gpt"),
+        json!("gpt-rec"),
+        json!("ebt"),
+        json!("nrgpt-ff1"),
+        json!("nrgpt-ff2w"),
+        json!("free"),
+        json!("rms-norm"),
+        json!("relu"),
+        json!("bogus"),
+        Value::Null,
+        json!([1]),
+        json!({}),
+        json!(true),
     ]
 }
 
 fn meta_values() -> Vec<String> {
     [
-        "nrgpt-web/f32/v1", "nrgpt-web/quant/v1", "int8", "int4", "f16", "f32", "int3", "32", "31", "", "\"ab\"", "\"aa\"",
-        "\"\\n !',.:;?abcdefghijklmnopqrstuvwxyz\"", "{}", "{\"arch\":\"gpt\"}", "not json", "\u{0}",
+        "nrgpt-web/f32/v1",
+        "nrgpt-web/quant/v1",
+        "int8",
+        "int4",
+        "f16",
+        "f32",
+        "int3",
+        "32",
+        "31",
+        "",
+        "\"ab\"",
+        "\"aa\"",
+        "\"\\n !',.:;?abcdefghijklmnopqrstuvwxyz\"",
+        "{}",
+        "{\"arch\":\"gpt\"}",
+        "not json",
+        "\u{0}",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -110,8 +162,17 @@ fn meta_values() -> Vec<String> {
 
 fn special_f32() -> impl Strategy<Value = f32> {
     prop_oneof![
-        Just(f32::NAN), Just(f32::INFINITY), Just(f32::NEG_INFINITY), Just(3e38f32), Just(MAX_ABS_WEIGHT), Just(1001.0f32),
-        Just(-0.0f32), Just(1e-45f32), Just(100.0f32), Just(-13.0f32), any::<f32>()
+        Just(f32::NAN),
+        Just(f32::INFINITY),
+        Just(f32::NEG_INFINITY),
+        Just(3e38f32),
+        Just(MAX_ABS_WEIGHT),
+        Just(1001.0f32),
+        Just(-0.0f32),
+        Just(1e-45f32),
+        Just(100.0f32),
+        Just(-13.0f32),
+        any::<f32>()
     ]
 }
 
@@ -185,7 +246,13 @@ fn mutate(seed: &[u8], muts: &[Mutation], sealed: bool) -> Vec<u8> {
                 if let (Some(src), Some(dst)) = (pick(tensor), pick(name)) {
                     let r: Raw = p.tensors[&src].clone();
                     // onto another tensor's name, or a new one beside it
-                    let dst = if name % 3 == 0 { format!("{dst}.q") } else if name % 3 == 1 { format!("opt.m.{dst}") } else { dst };
+                    let dst = if name % 3 == 0 {
+                        format!("{dst}.q")
+                    } else if name % 3 == 1 {
+                        format!("opt.m.{dst}")
+                    } else {
+                        dst
+                    };
                     p.tensors.insert(dst, r);
                 }
             }
@@ -376,9 +443,10 @@ fn save_failure(name: &str, bytes: &[u8], why: &str) -> PathBuf {
 fn fuzz_the_loaders_for_a_fixed_budget() {
     let secs: u64 = std::env::var("NRGPT_FUZZ_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
     let count: Option<usize> = std::env::var("NRGPT_FUZZ_CHECKPOINTS").ok().and_then(|s| s.parse().ok());
-    let seed: u64 = std::env::var("NRGPT_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    });
+    let seed: u64 = std::env::var("NRGPT_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
@@ -436,11 +504,7 @@ fn past_findings_stay_fixed() {
     for entry in dir {
         let path = entry.unwrap().path();
         let bytes = std::fs::read(&path).unwrap();
-        let r = if path.extension().is_some_and(|e| e == "json") {
-            check_tokenizer(&String::from_utf8_lossy(&bytes))
-        } else {
-            check_checkpoint(&bytes, None)
-        };
+        let r = if path.extension().is_some_and(|e| e == "json") { check_tokenizer(&String::from_utf8_lossy(&bytes)) } else { check_checkpoint(&bytes, None) };
         r.unwrap_or_else(|why| panic!("{}: {why}", path.display()));
     }
 }

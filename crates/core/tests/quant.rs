@@ -120,14 +120,8 @@ fn f16_matches_ieee_rounding() {
     assert!(p.scales.is_empty());
     let y = dequantize(&p, x.len(), Scheme::F16);
     // candle (the `half` crate) is the reference conversion
-    let r: Vec<f32> = Tensor::from_vec(x.clone(), x.len(), &Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F16)
-        .unwrap()
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_vec1()
-        .unwrap();
+    let r: Vec<f32> =
+        Tensor::from_vec(x.clone(), x.len(), &Device::Cpu).unwrap().to_dtype(DType::F16).unwrap().to_dtype(DType::F32).unwrap().to_vec1().unwrap();
     for i in 0..x.len() {
         assert_eq!(y[i].to_bits(), r[i].to_bits(), "element {i}: {} -> {} but half gives {}", x[i], y[i], r[i]);
     }

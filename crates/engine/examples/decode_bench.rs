@@ -26,7 +26,14 @@ fn checkpoint(block: usize) -> Vec<u8> {
     let cfg = ModelConfig::new(Arch::NrgptFf2w, 65, 128, 4, 4, block);
     let w = init_weights(&cfg, 1, DType::F32, &Device::Cpu).unwrap();
     let chars: Vec<char> = (0..65u8).map(|i| (b'0' + i) as char).collect();
-    let ck = Checkpoint { config: cfg, vocab: Vocab::from_chars(chars).unwrap(), weights: w, extra: BTreeMap::new(), meta: BTreeMap::new(), integrity: Integrity::Verified };
+    let ck = Checkpoint {
+        config: cfg,
+        vocab: Vocab::from_chars(chars).unwrap(),
+        weights: w,
+        extra: BTreeMap::new(),
+        meta: BTreeMap::new(),
+        integrity: Integrity::Verified,
+    };
     ck.to_bytes().unwrap()
 }
 

@@ -23,10 +23,7 @@ impl DecodeParams {
     pub fn from_packed(file: &PackedCheckpoint) -> Result<Self> {
         let cfg = file.config.clone();
         if !cfg.arch.is_nrgpt() {
-            return Err(Error::Config(format!(
-                "the incremental engine runs NRGPT models; `{}` runs on the CPU reference",
-                cfg.arch.name()
-            )));
+            return Err(Error::Config(format!("the incremental engine runs NRGPT models; `{}` runs on the CPU reference", cfg.arch.name())));
         }
         let w: Vec<Vec<f32>> = (0..file.tensors.len()).map(|i| file.values(i)).collect();
         let lay = file.layout.clone();

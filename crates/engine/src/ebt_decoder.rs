@@ -172,7 +172,8 @@ impl EbtDecoder {
             }
             add(&mut p, &matvec(&w[ix.wo], &att, None));
             let n2 = normed(&p, &w[ix.ln2], kind, eps);
-            let (s, ds): (Vec<f32>, Vec<f32>) = matvec(&w[ix.w1], &n2.g, Some(&w[ix.b1])).into_iter().map(|u| act3(self.cfg.activation, u)).map(|(s, ds, _)| (s, ds)).unzip();
+            let (s, ds): (Vec<f32>, Vec<f32>) =
+                matvec(&w[ix.w1], &n2.g, Some(&w[ix.b1])).into_iter().map(|u| act3(self.cfg.activation, u)).map(|(s, ds, _)| (s, ds)).unzip();
             add(&mut p, &matvec(&w[ix.w2], &s, Some(&w[ix.b2])));
             saved.push(Saved { n1, q, k_self, v_self, probs, n2, ds });
         }
@@ -245,7 +246,11 @@ impl EbtDecoder {
         let thoughts = candidate_noise(opts.seed, index, opts.samples, v, self.cfg.ebt_noise)
             .iter()
             .zip(&noise)
-            .map(|(z0, ld)| think_candidate(z0, steps, tol, opts.accept_lower, (self.cfg.ebt_update, self.a, self.cfg.ebt_grad_bound(self.a)), ld, |z, want| Ok(self.energy_grad(z, want))))
+            .map(|(z0, ld)| {
+                think_candidate(z0, steps, tol, opts.accept_lower, (self.cfg.ebt_update, self.a, self.cfg.ebt_grad_bound(self.a)), ld, |z, want| {
+                    Ok(self.energy_grad(z, want))
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(trace_of(thoughts, opts.verify))
     }

@@ -238,7 +238,9 @@ impl GpuDecoder {
             return Err(Error::Gpu(format!("building the descent kernel: {e}")));
         }
         let init = |label, contents: &[u8], usage| device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents, usage });
-        let empty = |label, size: usize, usage| device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size: (size.max(1) * 4) as u64, usage, mapped_at_creation: false });
+        let empty = |label, size: usize, usage| {
+            device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size: (size.max(1) * 4) as u64, usage, mapped_at_creation: false })
+        };
         let st = wgpu::BufferUsages::STORAGE;
         let words = init("words", bytemuck::cast_slice(&packed.words), st);
         let fvec = init("fvec", bytemuck::cast_slice(&packed.fvec), st);
@@ -286,7 +288,8 @@ impl GpuDecoder {
     /// Rebuilds the pipeline and cache for a different step count.
     pub async fn set_steps(&mut self, steps: usize) -> Result<()> {
         self.lay = io_layout(&self.params, steps);
-        let (pipeline, bind_group, job, tokens, io, staging) = Self::build(&self.device, &self.bgl, &self.packed, &self.wconsts, &self.params, &self.lay).await?;
+        let (pipeline, bind_group, job, tokens, io, staging) =
+            Self::build(&self.device, &self.bgl, &self.packed, &self.wconsts, &self.params, &self.lay).await?;
         (self.pipeline, self.bind_group, self.job, self.tokens, self.io, self.staging) = (pipeline, bind_group, job, tokens, io, staging);
         self.n = 0;
         Ok(())

@@ -288,7 +288,8 @@ impl GpuEbtDecoder {
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor { label: Some("ebt"), bind_group_layouts: &[Some(&bgl)], immediate_size: 0 });
         let pipeline = |name: &str, parts: &[&str]| {
-            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some(name), source: wgpu::ShaderSource::Wgsl(prog.source(parts).into()) });
+            let module =
+                device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some(name), source: wgpu::ShaderSource::Wgsl(prog.source(parts).into()) });
             device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(name),
                 layout: Some(&pl),
@@ -349,7 +350,11 @@ impl GpuEbtDecoder {
                 entries: &[
                     wgpu::BindGroupEntry {
                         binding: 0,
-                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: &job, offset: 0, size: wgpu::BufferSize::new(std::mem::size_of::<Job>() as u64) }),
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: &job,
+                            offset: 0,
+                            size: wgpu::BufferSize::new(std::mem::size_of::<Job>() as u64),
+                        }),
                     },
                     wgpu::BindGroupEntry { binding: 1, resource: self.words.as_entire_binding() },
                     wgpu::BindGroupEntry { binding: 2, resource: self.fvec.as_entire_binding() },
@@ -378,7 +383,14 @@ impl GpuEbtDecoder {
         let cand_len = levels * (v + 1) + VERDICT + steps * v;
         let last = (self.n + tokens.len() - 1) as u32;
         let appends = tokens.iter().enumerate().map(|(i, &token)| Job { pos: (self.n + i) as u32, token, ..Default::default() });
-        let think = Job { pos: last, steps: steps as u32, tol: tol.unwrap_or(0.0), accept_lower: opts.accept_lower.into(), cand_len: cand_len as u32, ..Default::default() };
+        let think = Job {
+            pos: last,
+            steps: steps as u32,
+            tol: tol.unwrap_or(0.0),
+            accept_lower: opts.accept_lower.into(),
+            cand_len: cand_len as u32,
+            ..Default::default()
+        };
         let jobs: Vec<Job> = appends.chain((0..levels).map(|s| Job { step: s as u32, ..think })).collect();
         let mut slots = vec![0u8; jobs.len() * JOB_SLOT];
         for (i, job) in jobs.iter().enumerate() {

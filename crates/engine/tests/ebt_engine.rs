@@ -65,7 +65,11 @@ fn noisy(mut o: StepOpts, langevin: f32) -> StepOpts {
 
 #[test]
 fn incremental_decoder_thinks_as_the_oracle_one_character_at_a_time() {
-    let variants = [(Activation::Gelu, NormKind::LayerNorm, EbtUpdate::Logits), (Activation::Relu, NormKind::RmsNorm, EbtUpdate::Logits), (Activation::Gelu, NormKind::LayerNorm, EbtUpdate::Probs)];
+    let variants = [
+        (Activation::Gelu, NormKind::LayerNorm, EbtUpdate::Logits),
+        (Activation::Relu, NormKind::RmsNorm, EbtUpdate::Logits),
+        (Activation::Gelu, NormKind::LayerNorm, EbtUpdate::Probs),
+    ];
     for (act, norm, update) in variants {
         let mut cfg = config(act, norm);
         cfg.ebt_update = update;

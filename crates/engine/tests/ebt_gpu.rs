@@ -89,9 +89,9 @@ fn gpu_engine(bytes: &[u8]) -> Decoder {
     let eng = engine(bytes, false);
     match eng.backend() {
         Backend::Gpu { adapter } => eprintln!("adapter: {adapter}"),
-        Backend::Cpu { reason } => panic!(
-            "no wgpu adapter ({reason}); install Mesa lavapipe (`apt-get install mesa-vulkan-drivers`) — `cargo xtask test` does this"
-        ),
+        Backend::Cpu { reason } => {
+            panic!("no wgpu adapter ({reason}); install Mesa lavapipe (`apt-get install mesa-vulkan-drivers`) — `cargo xtask test` does this")
+        }
     }
     eng
 }

@@ -62,7 +62,14 @@ fn random_checkpoint(cfg: &ModelConfig, seed: u64) -> Vec<u8> {
         *c = candle_core::Tensor::new(&[(0.3f32).ln()], &Device::Cpu).unwrap();
     }
     let chars: Vec<char> = "abcdefghij klmnopqr\n".chars().collect();
-    let ck = Checkpoint { config: cfg.clone(), vocab: Vocab::from_chars(chars).unwrap(), weights: w, extra: BTreeMap::new(), meta: BTreeMap::new(), integrity: Integrity::Verified };
+    let ck = Checkpoint {
+        config: cfg.clone(),
+        vocab: Vocab::from_chars(chars).unwrap(),
+        weights: w,
+        extra: BTreeMap::new(),
+        meta: BTreeMap::new(),
+        integrity: Integrity::Verified,
+    };
     ck.to_bytes().unwrap()
 }
 
@@ -115,9 +122,9 @@ fn gpu_engine(bytes: &[u8]) -> Decoder {
     let eng = engine(bytes, false);
     match eng.backend() {
         Backend::Gpu { adapter } => eprintln!("adapter: {adapter}"),
-        Backend::Cpu { reason } => panic!(
-            "no wgpu adapter ({reason}); install Mesa lavapipe (`apt-get install mesa-vulkan-drivers`) — `cargo xtask test` does this"
-        ),
+        Backend::Cpu { reason } => {
+            panic!("no wgpu adapter ({reason}); install Mesa lavapipe (`apt-get install mesa-vulkan-drivers`) — `cargo xtask test` does this")
+        }
     }
     eng
 }

@@ -67,7 +67,17 @@ pub fn embed_bwd(lay: &WeightLayout, ids: &[u32], n: usize, d: usize, mask: Opti
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>, attn_masks: Option<&[&[f32]]>, fault: Option<Fault>) {
+pub fn backward(
+    cfg: &ModelConfig,
+    lay: &WeightLayout,
+    p: &[Vec<f32>],
+    pt: &[Vec<f32>],
+    ws: &mut Workspace,
+    ids: &[u32],
+    masks: Option<&[&[f32]]>,
+    attn_masks: Option<&[&[f32]]>,
+    fault: Option<Fault>,
+) {
     let Dims { nb, n, r, d, h, dh, hd, m, steps, .. } = ws.dims;
     let beta = cfg.beta() as f32;
     let ix = lay.nrgpt().expect("an NRGPT pass on a GPT layout");

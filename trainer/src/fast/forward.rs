@@ -75,7 +75,18 @@ pub fn readout(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<
 /// its T attention-dropout masks ((nb, h, n, n) each) if that is on.
 /// Leaves `ws.loss_sum` and, in `ws.probs`, dL/dlogits for a loss averaged over `total_tokens`.
 #[allow(clippy::too_many_arguments)]
-pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], tgt: &[u32], masks: Option<&[&[f32]]>, attn_masks: Option<&[&[f32]]>, total_tokens: usize) {
+pub fn forward(
+    cfg: &ModelConfig,
+    lay: &WeightLayout,
+    p: &[Vec<f32>],
+    pt: &[Vec<f32>],
+    ws: &mut Workspace,
+    ids: &[u32],
+    tgt: &[u32],
+    masks: Option<&[&[f32]]>,
+    attn_masks: Option<&[&[f32]]>,
+    total_tokens: usize,
+) {
     let Dims { nb, n, r, d, h, dh, hd, m, steps, .. } = ws.dims;
     let eps = cfg.eps as f32;
     let ix = lay.nrgpt().expect("an NRGPT pass on a GPT layout");

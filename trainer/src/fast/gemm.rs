@@ -41,11 +41,7 @@ impl Kernel {
             1 => Kernel::Avx512,
             2 => Kernel::GemmCrate,
             _ => {
-                let k = if Kernel::Avx512.available() && std::env::var_os("NRGPT_NO_AVX512").is_none() {
-                    Kernel::Avx512
-                } else {
-                    Kernel::GemmCrate
-                };
+                let k = if Kernel::Avx512.available() && std::env::var_os("NRGPT_NO_AVX512").is_none() { Kernel::Avx512 } else { Kernel::GemmCrate };
                 CHOSEN.store(k as u8, Ordering::Relaxed);
                 k
             }
@@ -160,16 +156,18 @@ mod tests {
             let b: Vec<f32> = (0..k * n).map(|_| rnd()).collect();
             let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect(); // (k, m) row-major
             let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect(); // (n, k) row-major
-            let want: Vec<f64> = (0..m * n)
-                .map(|ij| (0..k).map(|p| a[(ij / n) * k + p] as f64 * b[p * n + ij % n] as f64).sum::<f64>())
-                .collect();
+            let want: Vec<f64> = (0..m * n).map(|ij| (0..k).map(|p| a[(ij / n) * k + p] as f64 * b[p * n + ij % n] as f64).sum::<f64>()).collect();
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
                 let av = if ta { View::rm(&at, k, m).t() } else { View::rm(&a, m, k) };
                 let bv = if tb { View::rm(&bt, n, k).t() } else { View::rm(&b, k, n) };
                 let mut c = vec![1.0f32; m * n];
                 mm(&mut c, av, bv, true, 2.0);
                 for (i, (&got, &w)) in c.iter().zip(&want).enumerate() {
-                    assert!((got as f64 - (1.0 + 2.0 * w)).abs() < 1e-4 * (1.0 + w.abs() * k as f64), "{kernel:?} {m}x{k}x{n} {ta} {tb} at {i}: {got} vs {}", 1.0 + 2.0 * w);
+                    assert!(
+                        (got as f64 - (1.0 + 2.0 * w)).abs() < 1e-4 * (1.0 + w.abs() * k as f64),
+                        "{kernel:?} {m}x{k}x{n} {ta} {tb} at {i}: {got} vs {}",
+                        1.0 + 2.0 * w
+                    );
                 }
                 mm(&mut c, av, bv, false, 1.0);
                 for (&got, &w) in c.iter().zip(&want) {

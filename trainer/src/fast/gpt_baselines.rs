@@ -49,7 +49,18 @@ fn masked(out: &mut [f32], d: &[f32], mask: Option<&[f32]>) {
 /// 1 + 2 T dropout masks (embedding, then attention and MLP of each layer);
 /// `attn_masks`: T masks of the attention probabilities.
 #[allow(clippy::too_many_arguments)]
-pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], tgt: &[u32], masks: Option<&[&[f32]]>, attn_masks: Option<&[&[f32]]>, total_tokens: usize) {
+pub fn forward(
+    cfg: &ModelConfig,
+    lay: &WeightLayout,
+    p: &[Vec<f32>],
+    pt: &[Vec<f32>],
+    ws: &mut Workspace,
+    ids: &[u32],
+    tgt: &[u32],
+    masks: Option<&[&[f32]]>,
+    attn_masks: Option<&[&[f32]]>,
+    total_tokens: usize,
+) {
     let Dims { n, d, steps, .. } = ws.dims;
     let dims = ws.dims;
     let layers = lay.gpt().expect("a GPT pass on an NRGPT layout");
@@ -66,7 +77,17 @@ pub fn forward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], pt: &[Vec<
 /// One layer from `st.x` into `x_next`, saving what `layer_backward` needs in `st`
 /// (`scratch`: r x d and n x n; `masks`: the layer's dropout masks).
 #[allow(clippy::too_many_arguments)]
-pub fn layer_forward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], pt: &[Vec<f32>], dims: &Dims, st: &mut LayerTape, x_next: &mut [f32], scratch: (&mut [f32], &mut [f32]), masks: LayerMasks) {
+pub fn layer_forward(
+    cfg: &ModelConfig,
+    ix: &GptIdx,
+    p: &[Vec<f32>],
+    pt: &[Vec<f32>],
+    dims: &Dims,
+    st: &mut LayerTape,
+    x_next: &mut [f32],
+    scratch: (&mut [f32], &mut [f32]),
+    masks: LayerMasks,
+) {
     let Dims { nb, n, r, d, h, dh, hd, m, .. } = *dims;
     let eps = cfg.eps as f32;
     // 1/sqrt(head_dim), the attention scale
@@ -118,7 +139,15 @@ pub fn layer_forward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], pt: &[Vec<f
 
 /// Backward of the chunk from dL/dlogits (left by `forward` in `ws.probs`);
 /// accumulates into `ws.grads`.
-pub fn backward(cfg: &ModelConfig, lay: &WeightLayout, p: &[Vec<f32>], ws: &mut Workspace, ids: &[u32], masks: Option<&[&[f32]]>, attn_masks: Option<&[&[f32]]>) {
+pub fn backward(
+    cfg: &ModelConfig,
+    lay: &WeightLayout,
+    p: &[Vec<f32>],
+    ws: &mut Workspace,
+    ids: &[u32],
+    masks: Option<&[&[f32]]>,
+    attn_masks: Option<&[&[f32]]>,
+) {
     let Dims { n, d, steps, .. } = ws.dims;
     let dims = ws.dims;
     let layers = lay.gpt().expect("a GPT pass on an NRGPT layout");
@@ -149,7 +178,17 @@ pub struct LayerScratch<'a> {
 /// `kv_extra`: gradients that other readers of this layer's keys and values
 /// send them (EBT's prediction stream), (r, hd) each.
 #[allow(clippy::too_many_arguments)]
-pub fn layer_backward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], dims: &Dims, st: &LayerTape, sc: &mut LayerScratch, grads: &mut [Vec<f32>], masks: LayerMasks, kv_extra: Option<(&[f32], &[f32])>) {
+pub fn layer_backward(
+    cfg: &ModelConfig,
+    ix: &GptIdx,
+    p: &[Vec<f32>],
+    dims: &Dims,
+    st: &LayerTape,
+    sc: &mut LayerScratch,
+    grads: &mut [Vec<f32>],
+    masks: LayerMasks,
+    kv_extra: Option<(&[f32], &[f32])>,
+) {
     let Dims { nb, n, r, d, h, dh, hd, m, .. } = *dims;
     let beta = 1.0 / (dh as f32).sqrt();
     let (m1, m2, probs) = masks;

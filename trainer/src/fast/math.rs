@@ -32,9 +32,11 @@ macro_rules! with_avx2 {
 // A row kernel: each slice is one operand or output, named as in the math above.
 #[allow(clippy::too_many_arguments)]
 pub fn norm_fwd(kind: NormKind, x: &[f32], gamma: &[f32], eps: f32, d: usize, xh: &mut [f32], rstd: &mut [f32], g: &mut [f32]) {
-    with_avx2!({ for (r, xr) in x.chunks_exact(d).enumerate() {
-        rstd[r] = norm_row(kind, xr, gamma, eps, &mut xh[r * d..(r + 1) * d], &mut g[r * d..(r + 1) * d]);
-    } })
+    with_avx2!({
+        for (r, xr) in x.chunks_exact(d).enumerate() {
+            rstd[r] = norm_row(kind, xr, gamma, eps, &mut xh[r * d..(r + 1) * d], &mut g[r * d..(r + 1) * d]);
+        }
+    })
 }
 
 /// dx += J_N^T dg and dgamma += dg * xh. With u = gamma * dg:
@@ -42,22 +44,24 @@ pub fn norm_fwd(kind: NormKind, x: &[f32], gamma: &[f32], eps: f32, d: usize, xh
 // A row kernel: each slice is one operand or output, named as in the math above.
 #[allow(clippy::too_many_arguments)]
 pub fn norm_bwd(kind: NormKind, dg: &[f32], xh: &[f32], rstd: &[f32], gamma: &[f32], d: usize, dx: &mut [f32], dgamma: &mut [f32]) {
-    with_avx2!({ for (r, dgr) in dg.chunks_exact(d).enumerate() {
-        let xhr = &xh[r * d..(r + 1) * d];
-        let (mut su, mut sux) = (0.0f32, 0.0f32);
-        for i in 0..d {
-            let u = gamma[i] * dgr[i];
-            su += u;
-            sux += u * xhr[i];
-            dgamma[i] += dgr[i] * xhr[i];
+    with_avx2!({
+        for (r, dgr) in dg.chunks_exact(d).enumerate() {
+            let xhr = &xh[r * d..(r + 1) * d];
+            let (mut su, mut sux) = (0.0f32, 0.0f32);
+            for i in 0..d {
+                let u = gamma[i] * dgr[i];
+                su += u;
+                sux += u * xhr[i];
+                dgamma[i] += dgr[i] * xhr[i];
+            }
+            let mu = if kind == NormKind::LayerNorm { su / d as f32 } else { 0.0 };
+            let mux = sux / d as f32;
+            let dxr = &mut dx[r * d..(r + 1) * d];
+            for i in 0..d {
+                dxr[i] += rstd[r] * (gamma[i] * dgr[i] - mu - xhr[i] * mux);
+            }
         }
-        let mu = if kind == NormKind::LayerNorm { su / d as f32 } else { 0.0 };
-        let mux = sux / d as f32;
-        let dxr = &mut dx[r * d..(r + 1) * d];
-        for i in 0..d {
-            dxr[i] += rstd[r] * (gamma[i] * dgr[i] - mu - xhr[i] * mux);
-        }
-    } })
+    })
 }
 
 /// out[j] += sum over rows of m (rows x cols).

@@ -143,9 +143,7 @@ impl FastModel {
             bail!("batch must be positive");
         }
         let chunks = batch.div_ceil(SEQS_PER_CHUNK);
-        let ws = (0..chunks)
-            .map(|c| Mutex::new(Workspace::new(cfg, batch / chunks + usize::from(c < batch % chunks), lay.zeros())))
-            .collect();
+        let ws = (0..chunks).map(|c| Mutex::new(Workspace::new(cfg, batch / chunks + usize::from(c < batch % chunks), lay.zeros()))).collect();
         let threads = threads.clamp(1, chunks);
         Ok(Self {
             cfg: cfg.clone(),

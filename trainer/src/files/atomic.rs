@@ -25,9 +25,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     // a stale temp from a killed run, or a planted link: unlinking removes
     // the entry itself, never what a symlink points to
     match std::fs::remove_file(&tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(e).with_context(|| format!("removing the stale {}", tmp.display()))
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).with_context(|| format!("removing the stale {}", tmp.display())),
         _ => {}
     }
     let result = stage_and_rename(&tmp, path, bytes);
@@ -38,11 +36,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 fn stage_and_rename(tmp: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(tmp)
-        .with_context(|| format!("creating {} (exclusively)", tmp.display()))?;
+    let mut f = OpenOptions::new().write(true).create_new(true).open(tmp).with_context(|| format!("creating {} (exclusively)", tmp.display()))?;
     f.write_all(bytes).with_context(|| format!("writing {} bytes to {}", bytes.len(), tmp.display()))?;
     f.sync_all().with_context(|| format!("syncing {}", tmp.display()))?;
     drop(f);

@@ -149,7 +149,11 @@ pub(crate) fn unpack(words: &[u32], scales: &[f32], numel: usize, scheme: Scheme
     // the raw `bits`-wide field of element i
     let field = |i: usize| {
         let w = words[i / per_word] >> (bits * (i % per_word));
-        if bits == 32 { w } else { w & ((1 << bits) - 1) }
+        if bits == 32 {
+            w
+        } else {
+            w & ((1 << bits) - 1)
+        }
     };
     (0..numel)
         .map(|i| match scheme {

@@ -116,14 +116,13 @@ pub(crate) fn verify(st: &SafeTensors, md: &Metadata) -> Result<Integrity> {
         let mut keys: Vec<&String> = md.keys().collect();
         keys.sort();
         return match keys.into_iter().find(|k| !BEFORE_CHECKSUMS.contains(&k.as_str())) {
-            Some(key) => Err(Error::Checkpoint(format!(
-                "metadata `{key}` was never written without a `{DIGEST_KEY}`, and this file has none: it was damaged or edited"
-            ))),
+            Some(key) => {
+                Err(Error::Checkpoint(format!("metadata `{key}` was never written without a `{DIGEST_KEY}`, and this file has none: it was damaged or edited")))
+            }
             None => Ok(Integrity::Unverified),
         };
     };
-    let Entry { sha256: sums } =
-        serde_json::from_str(entry).map_err(|e| Error::Checkpoint(format!("metadata `{DIGEST_KEY}` does not parse: {e}")))?;
+    let Entry { sha256: sums } = serde_json::from_str(entry).map_err(|e| Error::Checkpoint(format!("metadata `{DIGEST_KEY}` does not parse: {e}")))?;
     let mut keys: Vec<&String> = md.keys().filter(|k| *k != DIGEST_KEY).collect();
     keys.sort();
     for key in keys {
@@ -142,9 +141,7 @@ pub(crate) fn verify(st: &SafeTensors, md: &Metadata) -> Result<Integrity> {
         let t = st.tensor(name)?;
         match sums.tensors.get(*name) {
             None => return Err(mismatch(format!("tensor `{name}`"), "it is not in the digest")),
-            Some(want) if *want != tensor_sum(name, t.dtype(), t.shape(), t.data()) => {
-                return Err(mismatch(format!("tensor `{name}`"), "its hash differs"))
-            }
+            Some(want) if *want != tensor_sum(name, t.dtype(), t.shape(), t.data()) => return Err(mismatch(format!("tensor `{name}`"), "its hash differs")),
             Some(_) => {}
         }
     }

@@ -29,8 +29,7 @@ pub fn meta_field<'a>(md: &'a Metadata, key: &str) -> Result<&'a str> {
 
 /// The config and vocabulary every checkpoint format carries, checked against each other.
 pub fn read_model_meta(md: &Metadata) -> Result<(ModelConfig, Vocab)> {
-    let config: ModelConfig = serde_json::from_str(meta_field(md, "config")?)
-        .map_err(|e| Error::Checkpoint(format!("config metadata does not parse: {e}")))?;
+    let config: ModelConfig = serde_json::from_str(meta_field(md, "config")?).map_err(|e| Error::Checkpoint(format!("config metadata does not parse: {e}")))?;
     config.validate()?;
     let vocab = Vocab::from_json(meta_field(md, "vocab")?)?;
     check_vocab(&config, &vocab)?;
@@ -49,11 +48,7 @@ pub fn model_meta(format: &str, config: &ModelConfig, vocab: &Vocab) -> Result<M
 
 fn check_vocab(config: &ModelConfig, vocab: &Vocab) -> Result<()> {
     if vocab.len() != config.vocab_size {
-        return Err(Error::Checkpoint(format!(
-            "vocabulary has {} characters but the config says {}",
-            vocab.len(),
-            config.vocab_size
-        )));
+        return Err(Error::Checkpoint(format!("vocabulary has {} characters but the config says {}", vocab.len(), config.vocab_size)));
     }
     Ok(())
 }

@@ -158,9 +158,7 @@ impl PackedCheckpoint {
             let (name, shape) = (spec.name.clone(), spec.shape.clone());
             let numel = spec.numel();
             match tensor {
-                PackedTensor::F32(v) if v.len() != numel => {
-                    return Err(Error::WeightShape { name, got: vec![v.len()], want: shape })
-                }
+                PackedTensor::F32(v) if v.len() != numel => return Err(Error::WeightShape { name, got: vec![v.len()], want: shape }),
                 PackedTensor::F32(v) if self.scheme == Scheme::F16 && self.scheme.packs(spec) => {
                     let mut bytes = le_bytes(&quantize(v, Scheme::F16).words);
                     bytes.truncate(numel * 2); // drop the odd element's padding half
@@ -200,14 +198,7 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 fn check_lens(name: &str, shape: &[usize], words: usize, scales: usize, scheme: Scheme) -> Result<()> {
     let (want_w, want_s) = packed_lens(shape.iter().product(), scheme);
     // name the stored tensor that is wrong, `NAME.q` or `NAME.scale`
-    let err = |part, what, got, want| Error::PackedLength {
-        name: format!("{name}.{part}"),
-        what,
-        got,
-        want,
-        shape: shape.to_vec(),
-        scheme: scheme.name(),
-    };
+    let err = |part, what, got, want| Error::PackedLength { name: format!("{name}.{part}"), what, got, want, shape: shape.to_vec(), scheme: scheme.name() };
     if words != want_w {
         return Err(err("q", "words", words, want_w));
     }

@@ -80,11 +80,7 @@ impl Parts {
         let st = SafeTensors::deserialize(bytes).unwrap();
         let (_, header) = SafeTensors::read_metadata(bytes).unwrap();
         let meta = header.metadata().clone().unwrap_or_default();
-        let tensors = st
-            .tensors()
-            .into_iter()
-            .map(|(n, v)| (n, Raw { dtype: v.dtype(), shape: v.shape().to_vec(), bytes: v.data().to_vec() }))
-            .collect();
+        let tensors = st.tensors().into_iter().map(|(n, v)| (n, Raw { dtype: v.dtype(), shape: v.shape().to_vec(), bytes: v.data().to_vec() })).collect();
         Self { meta, tensors }
     }
 

@@ -72,5 +72,12 @@ pub fn ebt_checkpoint(cfg: &ModelConfig, seed: u64, a: f32) -> nrgpt_core::Check
     }
     w.insert("ebt.log_a".into(), Tensor::new(&[a.ln()], &Device::Cpu).unwrap());
     let vocab = nrgpt_core::Vocab::from_chars(EBT_CHARS.chars().collect()).unwrap();
-    nrgpt_core::Checkpoint { config: cfg.clone(), vocab, weights: w, extra: Default::default(), meta: Default::default(), integrity: nrgpt_core::format::Integrity::Verified }
+    nrgpt_core::Checkpoint {
+        config: cfg.clone(),
+        vocab,
+        weights: w,
+        extra: Default::default(),
+        meta: Default::default(),
+        integrity: nrgpt_core::format::Integrity::Verified,
+    }
 }

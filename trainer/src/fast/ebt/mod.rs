@@ -102,9 +102,7 @@ impl FastEbt {
         let lay = WeightLayout::new(cfg);
         let params = lay.from_weights(weights, "")?;
         let chunks = batch.div_ceil(SEQS_PER_CHUNK);
-        let ws = (0..chunks)
-            .map(|c| Mutex::new(EbtWorkspace::new(cfg, batch / chunks + usize::from(c < batch % chunks), lay.zeros())))
-            .collect();
+        let ws = (0..chunks).map(|c| Mutex::new(EbtWorkspace::new(cfg, batch / chunks + usize::from(c < batch % chunks), lay.zeros()))).collect();
         Ok(Self { cfg: cfg.clone(), grads: lay.zeros(), lay, params, batch, ws, threads: threads.clamp(1, chunks), pt: Vec::new() })
     }
 
@@ -155,11 +153,14 @@ impl FastEbt {
 
     /// The first row of each chunk's workspace in the batch.
     fn chunk_starts(&self) -> Vec<usize> {
-        self.ws.iter().scan(0, |acc, w| {
-            let s = *acc;
-            *acc += w.lock().unwrap().dims.r;
-            Some(s)
-        }).collect()
+        self.ws
+            .iter()
+            .scan(0, |acc, w| {
+                let s = *acc;
+                *acc += w.lock().unwrap().dims.r;
+                Some(s)
+            })
+            .collect()
     }
 
     pub fn weights(&self) -> Result<Weights> {
@@ -202,7 +203,17 @@ fn step_size(ix: &EbtIdx, p: &[Vec<f32>]) -> (f32, f64) {
 /// `ws.loss_sum` and their gradients into `ws.grads`, after the thinking
 /// steps: `ws.z` holds z(S), `ws.z_next` the last step's input.
 #[allow(clippy::too_many_arguments)]
-fn energy_losses(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut EbtWorkspace, tgt: &[u32], plan: &ChunkPlan, guess_energy: &[f32]) {
+fn energy_losses(
+    cfg: &ModelConfig,
+    lay: &WeightLayout,
+    ix: &EbtIdx,
+    p: &[Vec<f32>],
+    pt: &[Vec<f32>],
+    ws: &mut EbtWorkspace,
+    tgt: &[u32],
+    plan: &ChunkPlan,
+    guess_energy: &[f32],
+) {
     let v = ws.dims.v;
     let EnergyLoss { contrastive, calibrate } = plan.energy_loss;
     let inv_total = 1.0 / plan.total as f64;
@@ -247,7 +258,17 @@ fn energy_losses(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f3
 
 /// Forward and backward of one chunk, every thinking step; leaves its gradients, loss and final z in `ws`.
 #[allow(clippy::too_many_arguments)]
-fn chunk(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>], pt: &[Vec<f32>], ws: &mut EbtWorkspace, ids: &[u32], tgt: &[u32], plan: &ChunkPlan) {
+fn chunk(
+    cfg: &ModelConfig,
+    lay: &WeightLayout,
+    ix: &EbtIdx,
+    p: &[Vec<f32>],
+    pt: &[Vec<f32>],
+    ws: &mut EbtWorkspace,
+    ids: &[u32],
+    tgt: &[u32],
+    plan: &ChunkPlan,
+) {
     let dims = ws.dims;
     let (n, d, v) = (dims.n, dims.d, dims.v);
     ws.grads.iter_mut().for_each(|g| g.fill(0.0));

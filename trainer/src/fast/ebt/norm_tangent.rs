@@ -28,7 +28,19 @@ pub fn tangent(kind: NormKind, xh: &[f32], rstd: &[f32], gamma: &[f32], xd: &[f3
 /// into `dx`, and ab xh + tb xh' into `dgamma`. (The adjoint of x' is
 /// J_N^T (gamma tb), the first-order VJP, computed elsewhere.)
 #[allow(clippy::too_many_arguments)]
-pub fn second_bwd(kind: NormKind, xh: &[f32], rstd: &[f32], gamma: &[f32], ab: Option<&[f32]>, tb: &[f32], xd: &[f32], xhd: &[f32], d: usize, dx: &mut [f32], dgamma: &mut [f32]) {
+pub fn second_bwd(
+    kind: NormKind,
+    xh: &[f32],
+    rstd: &[f32],
+    gamma: &[f32],
+    ab: Option<&[f32]>,
+    tb: &[f32],
+    xd: &[f32],
+    xhd: &[f32],
+    d: usize,
+    dx: &mut [f32],
+    dgamma: &mut [f32],
+) {
     let ln = kind == NormKind::LayerNorm;
     let inv_d = 1.0 / d as f32;
     let mut xc_bar = vec![0f32; d];

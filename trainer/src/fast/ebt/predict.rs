@@ -120,7 +120,18 @@ pub fn input_grad(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f
 
 /// dE/d(layer input) into `below` from `at.out` = dE/d(layer output), filling `at`.
 #[allow(clippy::too_many_arguments)]
-fn layer_vjp(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], dims: &Dims, st: &PrimalTape, real: &LayerTape, at: &mut AdjointTape, below: &mut [f32], ta: &mut [f32], gamma_sink: &mut [f32]) {
+fn layer_vjp(
+    cfg: &ModelConfig,
+    ix: &GptIdx,
+    p: &[Vec<f32>],
+    dims: &Dims,
+    st: &PrimalTape,
+    real: &LayerTape,
+    at: &mut AdjointTape,
+    below: &mut [f32],
+    ta: &mut [f32],
+    gamma_sink: &mut [f32],
+) {
     let Dims { nb, n, r, d, h, dh, hd, m, .. } = *dims;
     let beta = 1.0 / (dh as f32).sqrt();
     // MLP: p2 = p1 + W2 s(W1 n2 + b1) + b2

@@ -48,7 +48,17 @@ pub fn tangent(cfg: &ModelConfig, lay: &WeightLayout, ix: &EbtIdx, p: &[Vec<f32>
 }
 
 #[allow(clippy::too_many_arguments)]
-fn layer_tangent(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], pt: &[Vec<f32>], dims: &Dims, st: &PrimalTape, real: &LayerTape, tn: &mut TangentTape, out: &mut [f32]) {
+fn layer_tangent(
+    cfg: &ModelConfig,
+    ix: &GptIdx,
+    p: &[Vec<f32>],
+    pt: &[Vec<f32>],
+    dims: &Dims,
+    st: &PrimalTape,
+    real: &LayerTape,
+    tn: &mut TangentTape,
+    out: &mut [f32],
+) {
     let Dims { nb, n, r, d, h, dh, hd, m, .. } = *dims;
     let beta = 1.0 / (dh as f32).sqrt();
     norm_tangent::tangent(cfg.norm, &st.xh1, &st.rstd1, &p[ix.ln1], &tn.p, d, &mut tn.xh1, &mut tn.n1);
@@ -156,7 +166,20 @@ struct Scratch<'a> {
 
 /// `a`: dF/d(layer output) in, dF/d(layer input) out (primal adjoints).
 #[allow(clippy::too_many_arguments)]
-fn layer_backward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], dims: &Dims, st: &PrimalTape, tn: &TangentTape, at: &AdjointTape, real: &LayerTape, a: &mut [f32], kv: (&mut [f32], &mut [f32]), sc: &mut Scratch, grads: &mut [Vec<f32>]) {
+fn layer_backward(
+    cfg: &ModelConfig,
+    ix: &GptIdx,
+    p: &[Vec<f32>],
+    dims: &Dims,
+    st: &PrimalTape,
+    tn: &TangentTape,
+    at: &AdjointTape,
+    real: &LayerTape,
+    a: &mut [f32],
+    kv: (&mut [f32], &mut [f32]),
+    sc: &mut Scratch,
+    grads: &mut [Vec<f32>],
+) {
     let Dims { nb, n, r, d, h, dh, hd, m, .. } = *dims;
     let beta = 1.0 / (dh as f32).sqrt();
     let Scratch { tmp_d, tmp_hd, qb, kb, vb, ta, tb, nn, nv } = sc;
@@ -196,7 +219,17 @@ fn layer_backward(cfg: &ModelConfig, ix: &GptIdx, p: &[Vec<f32>], dims: &Dims, s
             mm_ld(&mut vbar[off..], hd, View::rm(&st.pr[bn.clone()], n, n).t(), abv, true, 1.0);
             mm_ld(&mut vbar[off..], hd, View::rm(&tn.pr[bn.clone()], n, n).t(), tbv, true, 1.0);
             // through P' = JVP(P; s'), then P = softmax(s)
-            attend::jvp_adjoint(&st.pr[bn.clone()], &st.ps[bv.clone()], &tn.sr[bn.clone()], &tn.ss[bv.clone()], &at.pr[bn.clone()], &at.ps[bv.clone()], nn, nv, n);
+            attend::jvp_adjoint(
+                &st.pr[bn.clone()],
+                &st.ps[bv.clone()],
+                &tn.sr[bn.clone()],
+                &tn.ss[bv.clone()],
+                &at.pr[bn.clone()],
+                &at.ps[bv.clone()],
+                nn,
+                nv,
+                n,
+            );
             attend::vjp(&st.pr[bn.clone()], &st.ps[bv.clone()], nn, nv, n);
             // s = beta q K^T, s_s = beta q . k_s; s' = beta q' K^T, s_s' = beta (q' . k_s + q . k_s')
             let nnv = View::rm(nn, n, n);

@@ -70,10 +70,7 @@ impl FastEbt {
         });
         let parts: Vec<Trajectory> = parts.into_iter().map(|m| m.into_inner().unwrap()).collect();
         let join = |f: &dyn Fn(&Trajectory) -> &Vec<Vec<f32>>, s: usize| parts.iter().flat_map(|t| f(t)[s].iter().copied()).collect();
-        Ok(Trajectory {
-            logits: (0..=steps).map(|s| join(&|t| &t.logits, s)).collect(),
-            energies: (0..=steps).map(|s| join(&|t| &t.energies, s)).collect(),
-        })
+        Ok(Trajectory { logits: (0..=steps).map(|s| join(&|t| &t.logits, s)).collect(), energies: (0..=steps).map(|s| join(&|t| &t.energies, s)).collect() })
     }
 }
 

@@ -48,6 +48,6 @@ for spec in "$@"; do
   if [ ! -s "$dir/think.md" ]; then
     echo "$(date +%T) think $name seed $seed"
     $T think --ckpt "$dir/best.safetensors" --ood data/ood/hamlet.txt --ood data/ood/alice.txt \
-      --steps 1,2,4,8 --samples 1,4 --max-chars 8000 > "$dir/think.tmp" 2>&1 && mv "$dir/think.tmp" "$dir/think.md"
+      --steps 1,2,4,8 --samples 1,4 --max-chars 8000 > "$dir/think.tmp" 2> "$dir/think.err" && mv "$dir/think.tmp" "$dir/think.md"
   fi
 done

@@ -18,7 +18,7 @@ pub const CHECKPOINT_LIMIT: u64 = 4 << 30;
 
 /// Opens `path` if it is a regular file ([`crate::files::open_regular`]); returns its length.
 fn open_regular(path: &Path, what: &str) -> Result<(File, u64)> {
-    let file = crate::files::open_regular(path).map_err(|e| anyhow::anyhow!("{what}: {e:#}"))?;
+    let file = crate::files::open_regular(path).map_err(|e| anyhow::anyhow!("{what} {e:#}"))?;
     let len = file.metadata().with_context(|| format!("reading {what} {}", path.display()))?.len();
     Ok((file, len))
 }

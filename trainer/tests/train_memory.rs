@@ -1,6 +1,6 @@
 //! The fast backend's buffers for a training step stay below the core's
 //! training estimate (`nrgpt_core::bounds::memory::train`), measured by a
-//! counting global allocator; `tests/memory_budget.rs` at the root does the
+//! counting global allocator; `crates/engine/tests/memory_budget.rs` does the
 //! same for decoding and the reference forward. Alone in its binary, so no
 //! other test's allocations land in a measurement.
 
@@ -15,7 +15,10 @@ fn a_training_step_allocates_less_than_its_estimate() {
     // the process's one-time allocations (thread and gemm set-up) before measuring
     let warm = ModelConfig::new(Arch::Gpt, 8, 8, 1, 1, 8);
     let w = init_weights(&warm, 0, DType::F32, &Device::Cpu).unwrap();
-    FastModel::new(&warm, &w, 9, 2).unwrap().loss_and_grad(&[1; 72], &[1; 72], None).unwrap();
+    // One thread: with two, which pool thread first runs a chunk (and makes
+    // its thread-local gemm buffers inside a measurement) depends on the
+    // machine's load; the suite saw a 16% overshoot from that alone.
+    FastModel::new(&warm, &w, 9, 1).unwrap().loss_and_grad(&[1; 72], &[1; 72], None).unwrap();
     let mut rng = nrgpt_core::rng::Rng64::new(0x7EA1);
     let mut worst = 0f64;
     for i in 0..40 {
@@ -29,7 +32,7 @@ fn a_training_step_allocates_less_than_its_estimate() {
         let n = batch * cfg.block_size;
         let ids: Vec<u32> = (0..n).map(|t| (t % cfg.vocab_size) as u32).collect();
         let used = alloc::peak_of(|| {
-            let mut m = FastModel::new(&cfg, &w, batch, 2).unwrap();
+            let mut m = FastModel::new(&cfg, &w, batch, 1).unwrap();
             m.loss_and_grad(&ids, &ids, None).unwrap();
         });
         let est: u64 = memory::train(&cfg, Figure::new("--batch", batch), false).terms.iter().filter(|t| t.what != memory::RUNTIME).map(|t| t.bytes()).sum();
